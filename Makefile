@@ -1,0 +1,45 @@
+# relay-jupyter: the two commands of the README, and their parts.
+# `make lab`  installs everything into .venv and opens JupyterLab on the quickstart notebook.
+# `make test` installs everything into .venv (test extras, labextension, MCP peer servers) and runs the whole suite.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PEERS := tests/peers/node_modules/.installed
+
+.PHONY: lab test install install-test labext peers unit lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[lab]'
+
+install-test: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+
+labext: $(BIN)/python
+	@if [ -f labextension/package.json ]; then PATH=$(abspath $(BIN)):$$PATH $(BIN)/python labextension/build.py; fi
+
+$(PEERS): tests/peers/package.json
+	cd tests/peers && npm install --no-audit --no-fund --loglevel=error && touch node_modules/.installed
+
+peers: $(PEERS)
+
+lab: install labext
+	$(BIN)/jupyter lab notebooks/quickstart.ipynb
+
+lint: install-test
+	$(BIN)/lint-imports
+
+unit: install-test
+	$(BIN)/pytest -q -m "not browser and not peer"
+
+test: install-test labext peers
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+
+clean:
+	rm -rf $(VENV) tests/peers/node_modules

@@ -1,0 +1,146 @@
+"""The one error tree of relay-jupyter, and the stable refusal codes.
+
+Tool failures are *results* (a tool that ran and failed returns ``is_error``);
+protocol and policy failures are *exceptions* from this tree::
+
+    RelayError                      every error the broker raises on purpose
+    ├── ProtocolError               malformed request; JSON-RPC transport codes
+    │   ├── ParseError              -32700
+    │   ├── InvalidRequest          -32600
+    │   ├── MethodNotFound          -32601
+    │   └── InvalidParams           -32602
+    └── Refusal                     a policy decision; JSON-RPC -32000, ``error.data.code`` below
+        ├── GateRefusal             UNAUTHORIZED, SCOPE_EXCEEDED, BUDGET_EXCEEDED,
+        │                           CONSENT_DENIED, PERMISSION_TIMEOUT
+        ├── RoutingRefusal          NOT_ORIGINATOR, NOT_FOUND, CONFLICT
+        ├── WorkspaceRefusal        PATH_REFUSED, QUOTA_EXCEEDED, EDIT_NO_MATCH,
+        │                           EDIT_AMBIGUOUS, NOT_TEXT, DIGEST_MISMATCH
+        └── ConfigRefusal           NO_BACKEND, NO_CREDENTIALS, MODEL_NOT_ALLOWED, ...
+
+Every refusal carries ``code`` (a stable string from :class:`Code`, safe to match on),
+a human ``message`` (one line a notebook user can act on), and optional ``data``
+(JSON-serialisable, never a secret).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "Code",
+    "RelayError",
+    "ProtocolError",
+    "ParseError",
+    "InvalidRequest",
+    "MethodNotFound",
+    "InvalidParams",
+    "Refusal",
+    "GateRefusal",
+    "RoutingRefusal",
+    "WorkspaceRefusal",
+    "ConfigRefusal",
+    "REFUSAL_RPC_CODE",
+]
+
+#: JSON-RPC error code used for every policy refusal; the stable code is in ``error.data.code``.
+REFUSAL_RPC_CODE = -32000
+
+
+class Code(StrEnum):
+    """Stable refusal codes. Clients match on these; never rename one."""
+
+    # the gate, in the order of DESIGN.md §2
+    UNAUTHORIZED = "UNAUTHORIZED"
+    SCOPE_EXCEEDED = "SCOPE_EXCEEDED"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    CONSENT_DENIED = "CONSENT_DENIED"
+    PERMISSION_TIMEOUT = "PERMISSION_TIMEOUT"
+    # routing
+    NOT_ORIGINATOR = "NOT_ORIGINATOR"
+    NOT_FOUND = "NOT_FOUND"
+    CONFLICT = "CONFLICT"
+    WIDENING_REFUSED = "WIDENING_REFUSED"
+    # workspace
+    DIGEST_MISMATCH = "DIGEST_MISMATCH"
+    PATH_REFUSED = "PATH_REFUSED"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    EDIT_NO_MATCH = "EDIT_NO_MATCH"
+    EDIT_AMBIGUOUS = "EDIT_AMBIGUOUS"
+    NOT_TEXT = "NOT_TEXT"
+    # validation of a tool call before the gate
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    ARGUMENTS_TOO_LARGE = "ARGUMENTS_TOO_LARGE"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    # configuration
+    NO_BACKEND = "NO_BACKEND"
+    NO_CREDENTIALS = "NO_CREDENTIALS"
+    MODEL_NOT_ALLOWED = "MODEL_NOT_ALLOWED"
+    BACKEND_ERROR = "BACKEND_ERROR"
+    TOOL_ERROR = "TOOL_ERROR"
+    CANCELLED = "CANCELLED"
+    INTERNAL = "INTERNAL"
+
+
+class RelayError(Exception):
+    """Base of every error relay-jupyter raises on purpose."""
+
+    def __init__(self, message: str, *, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = dict(data or {})
+
+
+class ProtocolError(RelayError):
+    """A malformed request. ``rpc_code`` is the JSON-RPC transport code."""
+
+    rpc_code = -32600
+
+
+class ParseError(ProtocolError):
+    rpc_code = -32700
+
+
+class InvalidRequest(ProtocolError):
+    rpc_code = -32600
+
+
+class MethodNotFound(ProtocolError):
+    rpc_code = -32601
+
+
+class InvalidParams(ProtocolError):
+    rpc_code = -32602
+
+
+class Refusal(RelayError):
+    """A policy decision. ``code`` is a :class:`Code`; it lands in ``error.data.code``."""
+
+    rpc_code = REFUSAL_RPC_CODE
+
+    def __init__(self, code: Code | str, message: str, *, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message, data=data)
+        self.code = Code(code)
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"{type(self).__name__}({self.code.value}: {self.message})"
+
+    def to_error_data(self) -> dict[str, Any]:
+        """The JSON-RPC ``error.data`` object: the stable code plus any extra fields."""
+        return {"code": self.code.value, **self.data}
+
+
+class GateRefusal(Refusal):
+    """The gate said no (grant, scope, budget, consent)."""
+
+
+class RoutingRefusal(Refusal):
+    """The caller may not do this to this object (originator, existence, state)."""
+
+
+class WorkspaceRefusal(Refusal):
+    """A scratch-workspace rule said no (path, quota, edit match, digest)."""
+
+
+class ConfigRefusal(Refusal):
+    """Something is not configured (backend, credentials, model allowlist)."""
