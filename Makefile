@@ -19,8 +19,12 @@ install: $(BIN)/python
 install-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 
+# The side panel: jlpm (shipped with jupyterlab) installs from the npm registry and builds into
+# relay_jupyter/labextension; `labextension develop` links it into the venv for the editable install.
 labext: $(BIN)/python
-	@if [ -f labextension/package.json ]; then PATH=$(abspath $(BIN)):$$PATH $(BIN)/python labextension/build.py; fi
+	$(BIN)/pip install --quiet 'jupyterlab>=4.2'
+	cd labextension && PATH=$(abspath $(BIN)):$$PATH jlpm install --silent && PATH=$(abspath $(BIN)):$$PATH jlpm build:prod
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter labextension develop --overwrite .
 
 $(PEERS): tests/peers/package.json
 	cd tests/peers && npm install --no-audit --no-fund --loglevel=error && touch node_modules/.installed

@@ -1,0 +1,195 @@
+// The relay side panel: what the broker is waiting for (approvals), what each notebook may do
+// (grants, with revoke), what it has spent (budgets) and what was decided (the audit tail).
+// Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
+import { Widget } from '@lumino/widgets';
+import { IRelayEvent, RelayClient, RelayError } from './rpc';
+
+interface IPending {
+  request_id: string;
+  origin?: string;
+  tool: string;
+  server?: string | null;
+  tool_class: string;
+  arguments: any;
+  reasons?: string[];
+  deadline?: number;
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: { [key: string]: string } = {},
+  ...children: (Node | string)[]
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    // text nodes only: nothing the broker or a model sends is ever parsed as HTML
+    node.append(typeof child === 'string' ? document.createTextNode(child) : child);
+  }
+  return node;
+}
+
+export class RelayPanel extends Widget {
+  private client = new RelayClient();
+  private pending = new Map<string, IPending>();
+  private abort = new AbortController();
+  private status = el('div', { class: 'jp-relay-status' });
+  private approvals = el('div', { class: 'jp-relay-approvals' });
+  private grants = el('div', { class: 'jp-relay-grants' });
+  private audit = el('div', { class: 'jp-relay-audit' });
+
+  constructor() {
+    super();
+    this.id = 'relay-jupyter-panel';
+    this.title.caption = 'Relay: approvals, grants, budgets, audit';
+    this.addClass('jp-relay-panel');
+    const refresh = el('button', { class: 'jp-relay-refresh jp-mod-styled' }, 'Refresh');
+    refresh.onclick = () => void this.refresh();
+    this.node.append(
+      el('h2', {}, 'Relay'),
+      this.status,
+      el('h3', {}, 'Waiting for you'),
+      this.approvals,
+      el('h3', {}, 'Grants and budgets'),
+      this.grants,
+      el('h3', {}, 'Recent decisions'),
+      this.audit,
+      refresh
+    );
+    void this.start();
+  }
+
+  dispose(): void {
+    this.abort.abort();
+    super.dispose();
+  }
+
+  private async start(): Promise<void> {
+    await this.refresh();
+    void this.client.follow(0, event => this.onEvent(event), this.abort.signal);
+  }
+
+  private onEvent(event: IRelayEvent): void {
+    if (event.type === 'permission.request') {
+      this.pending.set(event.data.request_id, { origin: event.origin ?? undefined, ...event.data } as IPending);
+      this.renderApprovals();
+    } else if (event.type === 'permission.resolved' || event.type === 'permission_timeout') {
+      this.pending.delete(event.data.request_id);
+      this.renderApprovals();
+    } else if (event.type === 'grant.changed' || event.type.startsWith('run.')) {
+      if (event.type === 'grant.changed' || event.type === 'run.done' || event.type === 'run.error') {
+        void this.refresh();
+      }
+    }
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      const [pending, grants, audit] = await Promise.all([
+        this.client.call('permission.pending'),
+        this.client.call('grants.list'),
+        this.client.call('audit.tail', { n: 20 })
+      ]);
+      this.pending.clear();
+      for (const request of pending.requests ?? []) {
+        this.pending.set(request.request_id, request);
+      }
+      this.renderApprovals();
+      await this.renderGrants(grants.grants ?? []);
+      this.renderAudit(audit.records ?? []);
+      this.status.textContent = 'Connected to the relay broker.';
+      this.status.classList.remove('jp-relay-error');
+    } catch (err) {
+      const message = err instanceof RelayError ? err.message : String(err);
+      this.status.textContent = `Relay broker unavailable: ${message}`;
+      this.status.classList.add('jp-relay-error');
+    }
+  }
+
+  private renderApprovals(): void {
+    this.approvals.replaceChildren();
+    if (this.pending.size === 0) {
+      this.approvals.append(el('p', { class: 'jp-relay-empty' }, 'Nothing is waiting for approval.'));
+      return;
+    }
+    for (const request of this.pending.values()) {
+      const card = el(
+        'div',
+        { class: 'jp-relay-card', 'data-request-id': request.request_id },
+        el('div', { class: 'jp-relay-card-title' }, `${request.tool} (${request.tool_class})`),
+        el('div', {}, request.origin ?? ''),
+        el('pre', { class: 'jp-relay-args' }, JSON.stringify(request.arguments, null, 2))
+      );
+      for (const reason of request.reasons ?? []) {
+        card.append(el('div', { class: 'jp-relay-reason' }, reason));
+      }
+      const approve = el('button', { class: 'jp-mod-styled jp-mod-accept' }, 'Approve');
+      const deny = el('button', { class: 'jp-mod-styled jp-mod-reject' }, 'Deny');
+      const answer = async (decision: string) => {
+        approve.disabled = deny.disabled = true;
+        try {
+          await this.client.call('permission.answer', {
+            request_id: request.request_id,
+            decision,
+            scope: 'once'
+          });
+          this.pending.delete(request.request_id);
+          this.renderApprovals();
+        } catch (err) {
+          card.append(el('div', { class: 'jp-relay-error' }, String((err as Error).message)));
+        }
+      };
+      approve.onclick = () => void answer('allow');
+      deny.onclick = () => void answer('deny');
+      card.append(el('div', { class: 'jp-relay-buttons' }, approve, deny));
+      this.approvals.append(card);
+    }
+  }
+
+  private async renderGrants(grants: any[]): Promise<void> {
+    this.grants.replaceChildren();
+    if (grants.length === 0) {
+      this.grants.append(el('p', { class: 'jp-relay-empty' }, 'No notebook has a grant yet.'));
+      return;
+    }
+    for (const grant of grants) {
+      let usage = '';
+      try {
+        const budget = await this.client.call('budget.get', { origin: grant.origin });
+        usage = `${budget.tokens ?? 0} tokens, $${(budget.cost_usd ?? 0).toFixed(4)} today`;
+      } catch {
+        usage = '';
+      }
+      const revoke = el('button', { class: 'jp-mod-styled jp-mod-warn' }, 'Revoke');
+      revoke.onclick = async () => {
+        await this.client.call('grants.revoke', { origin: grant.origin });
+        await this.refresh();
+      };
+      const tools = (grant.tools ?? []).join(', ') || '(none)';
+      this.grants.append(
+        el(
+          'div',
+          { class: 'jp-relay-grant' },
+          el('div', { class: 'jp-relay-card-title' }, grant.origin),
+          el('div', {}, `tools: ${tools}`),
+          el('div', {}, usage),
+          revoke
+        )
+      );
+    }
+  }
+
+  private renderAudit(records: any[]): void {
+    this.audit.replaceChildren();
+    const table = el('table', { class: 'jp-relay-audit-table' });
+    table.append(el('tr', {}, el('th', {}, 'tool'), el('th', {}, 'decision'), el('th', {}, 'code')));
+    for (const record of records.slice(-20).reverse()) {
+      table.append(
+        el('tr', {}, el('td', {}, record.tool), el('td', {}, record.decision), el('td', {}, record.code ?? ''))
+      );
+    }
+    this.audit.append(table);
+  }
+}
