@@ -83,6 +83,8 @@ class Code(StrEnum):
     """A configuration file (e.g. mcp.json) or one of its entries is malformed."""
     TOOL_ERROR = "TOOL_ERROR"
     CANCELLED = "CANCELLED"
+    UNAVAILABLE = "UNAVAILABLE"
+    """A broker component (runtime, MCP, workspace) is not configured in this server."""
     INTERNAL = "INTERNAL"
 
 
