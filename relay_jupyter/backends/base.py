@@ -1,0 +1,165 @@
+"""The one protocol every model backend implements, and the normalized message format.
+
+Messages inside relay are Anthropic-like content blocks (the OpenAI adapter converts at its edge)::
+
+    {"role": "user" | "assistant", "content": [block, ...]}
+    block = {"type": "text", "text": str}
+          | {"type": "tool_use", "id": str, "name": str, "input": dict}
+          | {"type": "tool_result", "tool_use_id": str, "content": str, "is_error": bool}
+
+A backend streams one assistant turn as :data:`TurnEvent` values: any number of
+:class:`TextDelta` and :class:`ToolCallDone`, then :class:`Usage` (once or more; the last wins)
+and exactly one :class:`Stop`. Failures are :class:`BackendFailure` (a ``BACKEND_ERROR`` refusal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..core.errors import Code, Refusal
+from ..core.types import ToolSpec
+from ..core.types import Usage as TokenUsage
+
+__all__ = [
+    "TextDelta",
+    "ToolCallDone",
+    "UsageEvent",
+    "Stop",
+    "TurnEvent",
+    "Backend",
+    "BackendFailure",
+    "RetryPolicy",
+    "tool_schemas",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of assistant text, in order."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDone:
+    """A complete tool call. ``input`` is the parsed argument object; when the model sent
+    arguments that are not a JSON object, ``input`` is ``{}`` and ``raw`` holds what it sent
+    (the executor refuses such a call rather than guessing)."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+    raw: str | None = None
+    """The raw argument text when it did not parse as a JSON object; None otherwise."""
+    raw_size: int = 0
+    """Size in bytes of the argument text as the model sent it (for the 256 KiB cap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    """Token usage of this request so far (cumulative; the last one is the total)."""
+
+    usage: TokenUsage
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """End of the turn: ``end_turn`` | ``tool_use`` | ``max_tokens`` | ``stop_sequence`` | other."""
+
+    reason: str
+
+
+TurnEvent = TextDelta | ToolCallDone | UsageEvent | Stop
+
+
+class BackendFailure(Refusal):
+    """The model endpoint failed (transport, HTTP status, malformed stream). Never carries a key."""
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(Code.BACKEND_ERROR, message, data={"status": status} if status else None)
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of a rate-limited / overloaded request (429, 529, 503) before any event was yielded.
+
+    Bounded three ways: ``max_attempts``, ``max_total_wait`` seconds of sleeping in one turn, and a
+    ``retry-after`` longer than ``max_delay`` fails at once rather than parking the run.
+    """
+
+    max_attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    max_total_wait: float = 60.0
+    retry_statuses: frozenset[int] = field(default_factory=lambda: frozenset({429, 503, 529}))
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
+        if retry_after is not None and retry_after >= 0:
+            return retry_after
+        return min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``retry-after`` header (delta-seconds form only; dates are ignored)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def tool_schemas(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tools as ``{name, description, input_schema}`` (what both adapters start from)."""
+    return [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A model endpoint. ``name`` is the value of ``run.start``'s ``backend``."""
+
+    name: str
+
+    def allows_model(self, model: str) -> bool:
+        """True when this backend is configured to serve ``model``."""
+
+    def stream_turn(self, model: str, system: str, messages: list[dict[str, Any]],
+                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
+        """Stream one assistant turn. Raises :class:`BackendFailure`; cancellation closes the stream."""
+
+
+async def stream_with_retries(policy: RetryPolicy, open_stream, sleep=None) -> AsyncIterator[TurnEvent]:
+    """Run ``open_stream()`` (an async iterator factory), retrying retryable failures that happen
+    before the first event. Once an event was yielded a failure is final: the turn cannot be
+    replayed without duplicating text the client has already seen."""
+    import asyncio
+
+    sleep = sleep or asyncio.sleep
+    waited = 0.0
+    attempt = 0
+    while True:
+        attempt += 1
+        yielded = False
+        try:
+            async for event in open_stream():
+                yielded = True
+                yield event
+            return
+        except BackendFailure as exc:
+            if yielded or not exc.retryable or attempt >= policy.max_attempts:
+                raise
+            delay = policy.delay(attempt, exc.retry_after)
+            if delay > policy.max_delay or waited + delay > policy.max_total_wait:
+                raise BackendFailure(
+                    f"the model endpoint is rate limited (HTTP {exc.status}); retry after {delay:g} s",
+                    status=exc.status, retry_after=delay) from exc
+            waited += delay
+            await sleep(delay)

@@ -1,0 +1,242 @@
+"""Tool sources for the runtime: the :class:`ToolProvider` protocol, the adapters of the broker's
+tool sources (scratch workspace, kernel bridge, MCP registry), and :class:`LocalTools` for tools
+written as Python functions (tests, embedding).
+
+A provider describes its tools (:class:`~relay_jupyter.core.types.ToolSpec`: name, schema,
+safety class, parallel safety) and runs them; it never decides whether a call may run — the
+executor and the gate do. Tool *failures* are results (``is_error=True``), not exceptions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..core.types import PermissionMode, ToolSpec
+
+__all__ = [
+    "ToolContext",
+    "Preflight",
+    "ToolResult",
+    "ToolProvider",
+    "LocalTools",
+    "WorkspaceToolsProvider",
+    "KernelToolsProvider",
+    "McpToolsProvider",
+    "ToolIndex",
+    "as_result",
+]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Who a call is for. Built by the broker from the authenticated caller, never from the model."""
+
+    origin: str
+    conversation: str
+    originator: str | None = None
+    """Client id that started the run; only it may answer the run's consent requests."""
+    run_id: str | None = None
+    mode: PermissionMode = PermissionMode.ASK
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What a provider found out before the gate: card lines, card data, and a parallel override."""
+
+    reasons: tuple[str, ...] = ()
+    preview: dict[str, Any] = field(default_factory=dict)
+    parallel_safe: bool | None = None
+    """None keeps the spec's value; False makes this call (and so its turn) sequential. A provider
+    may only narrow: True never makes a non-parallel tool parallel."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a call produced (or why it did not run): text for the model plus an error flag."""
+
+    content: str
+    is_error: bool = False
+    code: str | None = None
+    """Refusal code when the call was refused before running (``CONSENT_DENIED``, ``INVALID_ARGUMENTS``…)."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """Structured extras for clients (a diff, a checkpoint id); not sent to the model."""
+
+
+def as_result(value: Any) -> ToolResult:
+    """Normalize what a tool returned: a ToolResult, an object with ``content``/``is_error``, a dict
+    with those keys, a str, or any JSON value."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(value)
+    if isinstance(value, dict) and "content" in value:
+        content = value["content"]
+        extra = {k: v for k, v in value.items() if k not in ("content", "is_error")}
+        return ToolResult(content if isinstance(content, str) else json.dumps(content, default=str),
+                          bool(value.get("is_error")), data=extra)
+    if hasattr(value, "content") and hasattr(value, "is_error"):
+        content = value.content
+        return ToolResult(content if isinstance(content, str) else json.dumps(content, default=str),
+                          bool(value.is_error))
+    return ToolResult(json.dumps(value, default=str))
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    """A source of tools."""
+
+    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """The tools this provider offers to ``ctx`` right now."""
+
+    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """Local checks before the gate. Raise a ``Refusal`` to refuse the call."""
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        """Run the call. ``approved_preview`` is the preview the consent was given for."""
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
+
+
+class LocalTools:
+    """Tools written as Python functions: ``LocalTools().add(spec, fn, preflight=None)``.
+
+    ``fn(args)`` (sync or async) returns anything :func:`as_result` accepts; ``preflight(args)``
+    returns a :class:`Preflight` or raises a ``Refusal``.
+    """
+
+    def __init__(self) -> None:
+        self._tools: dict[str, tuple[ToolSpec, Handler, Handler | None]] = {}
+
+    def add(self, spec: ToolSpec, fn: Handler, *, preflight: Handler | None = None) -> LocalTools:
+        """Register a tool; a second tool of the same name is an error."""
+        if spec.name in self._tools:
+            raise ValueError(f"tool {spec.name!r} registered twice")
+        self._tools[spec.name] = (spec, fn, preflight)
+        return self
+
+    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """Every registered tool."""
+        return [spec for spec, _, _ in self._tools.values()]
+
+    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """Run the tool's preflight, if it has one."""
+        pre = self._tools[name][2]
+        if pre is None:
+            return Preflight()
+        value = pre(args)
+        if inspect.isawaitable(value):
+            value = await value
+        return value if isinstance(value, Preflight) else Preflight()
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        """Run the tool function."""
+        value = self._tools[name][1](args)
+        if inspect.isawaitable(value):
+            value = await value
+        return as_result(value)
+
+
+class WorkspaceToolsProvider:
+    """Adapter for the scratch workspace (``workspace.tools.WorkspaceTools``)."""
+
+    def __init__(self, workspace_tools: Any) -> None:
+        self._ws = workspace_tools
+
+    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """The workspace's tools (class and parallel safety are the workspace's own)."""
+        return list(self._ws.specs())
+
+    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """``reasons, preview = await preflight(conversation, tool, args)``."""
+        reasons, preview = await self._ws.preflight(ctx.conversation, name, args)
+        return Preflight(tuple(reasons or ()), dict(preview or {}))
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        """Run a workspace tool; the approval stays bound to the preview (push digests)."""
+        value = await self._ws.call(ctx.conversation, name, args, run_id=ctx.run_id, origin=ctx.origin,
+                                    approved_preview=approved_preview)
+        return as_result(value)
+
+
+class KernelToolsProvider:
+    """Adapter for the kernel bridge: tools that run in the originating kernel (variables,
+    DataFrames, run_code). The bridge routes a call to the kernel of ``ctx.origin`` only."""
+
+    def __init__(self, kernel_bridge: Any) -> None:
+        self._bridge = kernel_bridge
+
+    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """The kernel tools, when the origin is a kernel the bridge can reach."""
+        specs = self._bridge.specs(ctx.origin) if _takes_arg(self._bridge.specs) else self._bridge.specs()
+        return list(specs)
+
+    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """Kernel tools have no local preflight beyond the schema."""
+        return Preflight()
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        """Ask the originating kernel to run the tool and wait for its answer."""
+        value = await self._bridge.call(ctx.origin, name, args, run_id=ctx.run_id)
+        return as_result(value)
+
+
+class McpToolsProvider:
+    """Adapter for the MCP registry (``mcp`` layer): ``specs()`` and ``await call(name, args)``."""
+
+    def __init__(self, registry: Any) -> None:
+        self._registry = registry
+
+    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """Discovered MCP tools, namespaced ``server__tool``, classified by the registry."""
+        return list(self._registry.specs())
+
+    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """No local preflight for MCP tools; their class comes from the registry."""
+        return Preflight()
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        """Call the tool on its server (timeouts and output caps are the registry's)."""
+        return as_result(await self._registry.call(name, args))
+
+
+def _takes_arg(fn: Callable[..., Any]) -> bool:
+    try:
+        return len(inspect.signature(fn).parameters) >= 1
+    except (TypeError, ValueError):
+        return False
+
+
+class ToolIndex:
+    """The tools of one run: name -> (provider, spec). The first provider to offer a name owns it;
+    a later provider cannot shadow it (MCP names are already namespaced ``server__tool``)."""
+
+    def __init__(self, providers: Iterable[ToolProvider], ctx: ToolContext,
+                 allowed: Iterable[str] | None = None) -> None:
+        allow = None if allowed is None else set(allowed)
+        self._by_name: dict[str, tuple[ToolProvider, ToolSpec]] = {}
+        for provider in providers:
+            for spec in provider.specs(ctx):
+                if spec.name in self._by_name:
+                    continue
+                if allow is not None and spec.name not in allow:
+                    continue
+                self._by_name[spec.name] = (provider, spec)
+
+    def get(self, name: str) -> tuple[ToolProvider, ToolSpec] | None:
+        """Provider and spec of ``name``, or None."""
+        return self._by_name.get(name)
+
+    def specs(self) -> list[ToolSpec]:
+        """Every tool of the run, in provider order."""
+        return [spec for _, spec in self._by_name.values()]
