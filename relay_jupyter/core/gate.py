@@ -1,0 +1,283 @@
+"""The gate: the one function every tool call and every model request goes through.
+
+Tool calls (:meth:`Gate.call_tool`), in the order of DESIGN.md §2, fail-closed at each step::
+
+    1 grant      origin has a live grant               else UNAUTHORIZED
+    2 scope      tool name in the grant's allowlist     else SCOPE_EXCEEDED
+    3 rate       origin's requests-per-minute bucket    else BUDGET_EXCEEDED
+    4 class      read / contained run; write runs in mode FULL, otherwise asks the consent
+                 port (bounded by ``consent_timeout``)  else CONSENT_DENIED / PERMISSION_TIMEOUT
+    5 execute    audit the decision, then run ``execute()``
+
+Model requests (:meth:`Gate.begin_completion` / :meth:`Gate.settle_completion`): grant, model
+allowlist, rate, per-run step and token caps, then a day reservation of tokens and worst-case
+cost; settled with the actual usage afterwards.
+
+Every decision is audited — refusals included — with arguments only in redacted form. The
+allow record is written *before* the tool runs: if the audit sink fails, the tool does not
+run. A failing ``execute()`` or a cancellation adds a second record (``error`` /
+``cancelled``). The hot path does no I/O but the audit append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .budgets import BudgetLedger, Reservation, RunBudget
+from .classify import hint_class
+from .errors import Code, GateRefusal, Refusal
+from .grants import GrantBook
+from .ports import AuditSink, ConsentPort
+from .pricing import Pricing
+from .redact import redact
+from .types import (
+    AuditRecord,
+    ConsentDecision,
+    ConsentRequest,
+    ConsentResult,
+    Grant,
+    PermissionMode,
+    ToolClass,
+    ToolRequest,
+    Usage,
+    stricter,
+)
+
+__all__ = ["Gate", "MODEL_TOOL_PREFIX"]
+
+T = TypeVar("T")
+
+#: Model requests are audited as the tool ``model:<id>``.
+MODEL_TOOL_PREFIX = "model:"
+
+_perf = time.perf_counter
+
+
+class Gate:
+    """Enforces grants, budgets and consent; audits every decision.
+
+    Args:
+        grants: the grant book (narrowing-only grants per origin).
+        ledger: day budgets and rate buckets.
+        audit: where decision records go (``storage.audit_log.AuditLog`` in the broker).
+        pricing: model price table (for reservations and settled cost).
+        clock: epoch seconds, used for audit timestamps and consent deadlines.
+        consent_timeout: seconds a consent port may take before the call is PERMISSION_TIMEOUT.
+    """
+
+    def __init__(self, *, grants: GrantBook, ledger: BudgetLedger, audit: AuditSink, pricing: Pricing,
+                 clock: Callable[[], float] = time.time, consent_timeout: float = 300.0) -> None:
+        if not consent_timeout > 0:
+            raise ValueError("consent_timeout must be positive")
+        self.grants = grants
+        self.ledger = ledger
+        self.audit = audit
+        self.pricing = pricing
+        self._clock = clock
+        self.consent_timeout = float(consent_timeout)
+
+    # -- auditing --------------------------------------------------------------------------
+    def _record(self, *, origin: str, tool: str, tool_class: ToolClass | None, decision: str,
+                code: str | None, t0: float, run_id: str | None = None, call_id: str | None = None,
+                answered_by: str | None = None, arguments: dict[str, Any] | None = None) -> AuditRecord:
+        # model_construct skips validation: every field is built here from validated values,
+        # and validation would triple the cost of the hot path.
+        rec = AuditRecord.model_construct(
+            seq=0, ts=self._clock(), origin=origin, tool=tool, tool_class=tool_class, decision=decision,
+            code=code, duration_ms=(_perf() - t0) * 1000.0, run_id=run_id, call_id=call_id,
+            answered_by=answered_by, arguments=arguments if arguments is not None else {},
+        )
+        return self.audit.append(rec)
+
+    def _refuse(self, req: ToolRequest, cls: ToolClass | None, refusal: Refusal, t0: float,
+                args: dict[str, Any], answered_by: str | None = None) -> Refusal:
+        self._record(origin=req.origin, tool=req.tool.name, tool_class=cls, decision="deny",
+                     code=refusal.code.value, t0=t0, run_id=req.run_id, call_id=req.call_id,
+                     answered_by=answered_by, arguments=args)
+        return refusal
+
+    # -- tool calls ------------------------------------------------------------------------
+    async def call_tool(self, req: ToolRequest, execute: Callable[[], Awaitable[T]], consent: ConsentPort) -> T:
+        """Gate ``req``; if allowed, run ``execute()`` and return its result.
+
+        Raises:
+            GateRefusal: UNAUTHORIZED, SCOPE_EXCEEDED, BUDGET_EXCEEDED, CONSENT_DENIED, PERMISSION_TIMEOUT.
+            pydantic.ValidationError: ``req`` is not a ToolRequest and does not validate as one.
+            asyncio.CancelledError: cancelled while waiting for consent or executing (audited).
+            Exception: whatever ``execute()`` raised (audited as ``error``).
+        """
+        t0 = _perf()
+        if not isinstance(req, ToolRequest):
+            req = ToolRequest.model_validate(req)
+        if not callable(execute):
+            raise TypeError("execute must be a callable returning an awaitable")
+        args = redact(req.arguments)
+        name = req.tool.name
+
+        grant = self.grants.get(req.origin)
+        if grant is None:
+            raise self._refuse(req, None, GateRefusal(
+                Code.UNAUTHORIZED, f"{req.origin} has no grant: connect this notebook to relay first",
+                data={"origin": req.origin}), t0, args)
+        if not grant.allows_tool(name):
+            raise self._refuse(req, None, GateRefusal(
+                Code.SCOPE_EXCEEDED, f"the tool {name!r} is not in this notebook's grant",
+                data={"tool": name}), t0, args)
+        try:
+            self.ledger.take_request(req.origin, grant)
+        except GateRefusal as refusal:
+            raise self._refuse(req, None, refusal, t0, args) from None
+
+        # Outside hints can only make the class stricter than what the registry resolved.
+        cls = stricter(req.tool.tool_class, hint_class(req.tool.hints)) if req.tool.hints else req.tool.tool_class
+        answered_by: str | None = None
+        if cls is ToolClass.WRITE:
+            if req.mode is PermissionMode.FULL:
+                answered_by = "mode:full"
+            else:
+                answered_by = await self._ask(req, cls, consent, t0, args)
+        else:
+            answered_by = f"class:{cls.value}"
+
+        self._record(origin=req.origin, tool=name, tool_class=cls, decision="allow", code=None, t0=t0,
+                     run_id=req.run_id, call_id=req.call_id, answered_by=answered_by, arguments=args)
+        try:
+            return await execute()
+        except asyncio.CancelledError:
+            self._record(origin=req.origin, tool=name, tool_class=cls, decision="cancelled",
+                         code=Code.CANCELLED.value, t0=t0, run_id=req.run_id, call_id=req.call_id,
+                         answered_by=answered_by, arguments=args)
+            raise
+        except Exception as exc:
+            code = exc.code.value if isinstance(exc, Refusal) else Code.TOOL_ERROR.value
+            self._record(origin=req.origin, tool=name, tool_class=cls, decision="error", code=code, t0=t0,
+                         run_id=req.run_id, call_id=req.call_id, answered_by=answered_by, arguments=args)
+            raise
+
+    async def _ask(self, req: ToolRequest, cls: ToolClass, consent: ConsentPort, t0: float,
+                   args: dict[str, Any]) -> str:
+        """Ask ``consent`` about a write; returns who allowed it or raises the refusal (audited)."""
+        creq = ConsentRequest(request_id=uuid.uuid4().hex, request=req,
+                              deadline=self._clock() + self.consent_timeout)
+        try:
+            async with asyncio.timeout(self.consent_timeout):
+                result = await consent.ask(creq)
+        except TimeoutError:
+            raise self._refuse(req, cls, GateRefusal(
+                Code.PERMISSION_TIMEOUT, f"no answer to the permission request for {req.tool.name!r} "
+                f"within {self.consent_timeout:g}s; denied", data={"request_id": creq.request_id}),
+                t0, args, answered_by="timeout") from None
+        except asyncio.CancelledError:
+            self._record(origin=req.origin, tool=req.tool.name, tool_class=cls, decision="cancelled",
+                         code=Code.CANCELLED.value, t0=t0, run_id=req.run_id, call_id=req.call_id,
+                         arguments=args)
+            raise
+        except Exception as exc:
+            # A broken consent port denies: never fail open.
+            raise self._refuse(req, cls, GateRefusal(
+                Code.CONSENT_DENIED, f"the permission request for {req.tool.name!r} failed "
+                f"({type(exc).__name__}); denied", data={"request_id": creq.request_id}),
+                t0, args, answered_by=f"error:{type(exc).__name__}") from None
+
+        if not isinstance(result, ConsentResult):
+            raise self._refuse(req, cls, GateRefusal(
+                Code.CONSENT_DENIED, f"malformed answer to the permission request for {req.tool.name!r}; "
+                "denied", data={"request_id": creq.request_id}), t0, args, answered_by="error:malformed")
+        who = result.answered_by or "consent"
+        if result.decision is ConsentDecision.ALLOW:
+            return who
+        if result.decision is ConsentDecision.TIMEOUT:
+            raise self._refuse(req, cls, GateRefusal(
+                Code.PERMISSION_TIMEOUT, f"the permission request for {req.tool.name!r} timed out; denied",
+                data={"request_id": creq.request_id}), t0, args, answered_by=who)
+        raise self._refuse(req, cls, GateRefusal(
+            Code.CONSENT_DENIED, f"permission to run {req.tool.name!r} was denied",
+            data={"request_id": creq.request_id, "reason": result.reason}), t0, args, answered_by=who)
+
+    # -- model requests --------------------------------------------------------------------
+    def _grant_for(self, origin: str) -> Grant:
+        grant = self.grants.get(origin)
+        if grant is None:
+            raise GateRefusal(Code.UNAUTHORIZED, f"{origin} has no grant: connect this notebook to relay first",
+                              data={"origin": origin})
+        return grant
+
+    def begin_completion(self, origin: str, model: str, *, estimated_tokens: int,
+                         run: RunBudget | None = None) -> Reservation:
+        """Check and reserve budget for one model request; audited as tool ``model:<id>``.
+
+        Raises:
+            GateRefusal: UNAUTHORIZED, SCOPE_EXCEEDED (names the model), BUDGET_EXCEEDED.
+            ValueError: ``estimated_tokens`` is negative or not an int.
+        """
+        t0 = _perf()
+        if not isinstance(origin, str) or not isinstance(model, str) or not model:
+            raise TypeError("origin and model must be non-empty str")
+        if not isinstance(estimated_tokens, int) or isinstance(estimated_tokens, bool) or estimated_tokens < 0:
+            raise ValueError("estimated_tokens must be a non-negative int")
+        tool = MODEL_TOOL_PREFIX + model
+        audit_args = {"estimated_tokens": estimated_tokens}
+        try:
+            grant = self._grant_for(origin)
+            if not grant.allows_model(model):
+                raise GateRefusal(Code.SCOPE_EXCEEDED, f"the model {model!r} is not in this notebook's grant",
+                                  data={"model": model})
+            self.ledger.take_request(origin, grant)
+            if run is not None:
+                run.check_step()
+                run.check_tokens(estimated_tokens)
+            cost = self.pricing.estimate(model, estimated_tokens)
+            reservation = self.ledger.reserve(origin, grant, tokens=estimated_tokens, cost_usd=cost)
+            if run is not None:
+                try:
+                    run.step()
+                except GateRefusal:
+                    reservation.release()
+                    raise
+        except GateRefusal as refusal:
+            self._record(origin=origin, tool=tool, tool_class=None, decision="deny", code=refusal.code.value,
+                         t0=t0, arguments=audit_args)
+            raise
+        try:
+            self._record(origin=origin, tool=tool, tool_class=None, decision="allow", code=None, t0=t0,
+                         arguments={**audit_args, "reserved_usd": round(cost, 6)})
+        except BaseException:
+            reservation.release()  # not audited: the request must not go out
+            raise
+        return reservation
+
+    def settle_completion(self, reservation: Reservation, model: str, usage: Usage,
+                          run: RunBudget | None = None) -> float:
+        """Commit the actual ``usage`` of a request begun with :meth:`begin_completion`; returns its cost.
+
+        Raises:
+            TypeError: ``reservation`` or ``usage`` of the wrong type.
+        """
+        t0 = _perf()
+        if not isinstance(reservation, Reservation):
+            raise TypeError("reservation must come from begin_completion()")
+        if not isinstance(usage, Usage):
+            usage = Usage.model_validate(usage)
+        cost = self.pricing.cost(model, usage)
+        first = not reservation.done
+        reservation.settle(usage.total, cost)
+        if run is not None and first:
+            run.add_tokens(usage.total)
+        if first:
+            self._record(origin=reservation.origin, tool=MODEL_TOOL_PREFIX + model, tool_class=None,
+                         decision="settled", code=None, t0=t0,
+                         arguments={"tokens": usage.total, "cost_usd": round(cost, 6)})
+        return cost
+
+    def run_budget(self, origin: str) -> RunBudget:
+        """Fresh per-run caps from the live grant of ``origin``.
+
+        Raises:
+            GateRefusal: UNAUTHORIZED when ``origin`` has no live grant.
+        """
+        budget = self._grant_for(origin).budget
+        return RunBudget(budget.max_steps_per_run, budget.max_tokens_per_run)
