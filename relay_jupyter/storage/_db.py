@@ -1,0 +1,155 @@
+"""The one SQLite connection of a :class:`~relay_jupyter.storage.sqlite.Store` and its transactions.
+
+One connection shared by every thread (``check_same_thread=False``) behind one lock. Measured on
+this machine (docs/storage.md): a connection per thread only adds ``SQLITE_BUSY`` retries for
+writers, since SQLite admits one writer at a time anyway, and the broker's reads are short.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+from .schema import migrate
+
+__all__ = ["Database", "dumps", "check_text", "check_amount"]
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON for a column. Odd values (paths, datetimes) become strings rather than failing a run."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def check_text(name: str, value: Any, *, optional: bool = False) -> None:
+    """Raise ``ValueError`` unless ``value`` is a non-empty string (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL")
+
+
+def check_amount(name: str, value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+
+
+def _create_private(path: Path) -> None:
+    """Create the file 0600 before SQLite opens it; SQLite gives -wal and -shm the same mode."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
+class Database:
+    """Connection, lock, clock and transactions; the store's mixins build on this."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, clock: Callable[[], float]) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._lock = threading.RLock()
+        self._clock = clock
+        self.path = path
+
+    @classmethod
+    def _connect(cls, path: Path) -> sqlite3.Connection:
+        """Open ``path`` in WAL mode and migrate it. Raises StoreError / SchemaError with a clear message."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                               timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{path} cannot use WAL mode (got {mode!r}); put it on a local disk")
+            # NORMAL in WAL mode: a commit survives a process crash; only power loss may lose the newest commits
+            conn.execute("PRAGMA synchronous = NORMAL")
+            migrate(conn, where=str(path))
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"{path} is not a usable relay database ({exc}); move it away to start fresh",
+                             data={"path": str(path)}) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _require(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the relay store is closed")
+        return self._conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``) holding the store lock.
+
+        Other storage modules (``storage/checkpoints.py``) may use it for their own tables.
+        Raises StoreError when the database stays busy for longer than the busy timeout.
+        """
+        with self._lock:
+            conn = self._require()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"the relay database is busy or unwritable: {exc}") from exc
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                raise StoreError(f"the relay database could not commit: {exc}") from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: several SELECTs see one consistent state."""
+        with self._lock:
+            conn = self._require()
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        """One SELECT in autocommit mode."""
+        with self._lock:
+            return self._require().execute(sql, params).fetchall()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def close(self) -> None:
+        """Close the connection (checkpointing the WAL). Idempotent."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""The runs journal (DESIGN.md §4 durability): runs, and an intent and an outcome record per tool call.
+
+An intent is written before a tool executes and an outcome after. At broker start
+:meth:`JournalMixin.mark_interrupted` turns every run without a terminal state into ``interrupted``;
+:meth:`JournalMixin.calls_without_outcome` then lists the calls whose effect is unknown (answered
+"outcome unknown — the action may have happened", never replayed). Behaviour matches
+:class:`relay_jupyter.core.memory.MemoryRunJournal`.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from typing import Any
+
+from ._db import Database, check_text, dumps
+
+__all__ = ["JournalMixin", "RUNNING", "INTERRUPTED"]
+
+RUNNING = "running"
+INTERRUPTED = "interrupted"
+
+_RUN_COLUMNS = "run_id, origin, conversation, state, started_at, finished_at, meta"
+_CALL_COLUMNS = "run_id, call_id, tool, arguments, intent_at, outcome, outcome_at"
+
+
+def _run(row: tuple[Any, ...]) -> dict[str, Any]:
+    run_id, origin, conversation, state, started_at, finished_at, meta = row
+    return {"run_id": run_id, "origin": origin, "conversation": conversation, "state": state,
+            "started_at": started_at, "finished_at": finished_at, "meta": json.loads(meta)}
+
+
+def _call(row: tuple[Any, ...]) -> dict[str, Any]:
+    run_id, call_id, tool, arguments, intent_at, outcome, outcome_at = row
+    return {"run_id": run_id, "call_id": call_id, "tool": tool, "arguments": json.loads(arguments),
+            "intent_at": intent_at, "outcome": None if outcome is None else json.loads(outcome),
+            "outcome_at": outcome_at}
+
+
+def _check_dict(name: str, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a dict, got {value.__class__.__name__}")
+
+
+class JournalMixin(Database):
+    """``RunJournal`` over the ``runs`` and ``calls`` tables."""
+
+    def run_started(self, run_id: str, origin: str, conversation: str, meta: dict[str, Any]) -> None:
+        """Record a new run in state ``running`` (replacing a run with the same id)."""
+        check_text("run_id", run_id)
+        check_text("origin", origin)
+        check_text("conversation", conversation)
+        _check_dict("meta", meta)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,NULL,?)",
+                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta)))
+
+    def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
+        """Mark a run terminal with ``state``; ``meta`` is merged into its metadata.
+
+        Raises KeyError for an unknown run, ValueError for ``state == "running"``.
+        """
+        check_text("state", state)
+        if state == RUNNING:
+            raise ValueError("a finished run needs a terminal state, not 'running'")
+        if meta is not None:
+            _check_dict("meta", meta)
+        with self.transaction() as conn:
+            row = conn.execute("SELECT meta FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown run {run_id!r}")
+            merged = {**json.loads(row[0]), **(meta or {})}
+            conn.execute("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?",
+                         (state, self.now(), dumps(merged), run_id))
+
+    def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
+        """Record that ``call_id`` is about to execute. Written, and committed, before the tool runs."""
+        check_text("run_id", run_id)
+        check_text("call_id", call_id)
+        check_text("tool", tool)
+        _check_dict("arguments", arguments)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT OR REPLACE INTO calls ({_CALL_COLUMNS}) VALUES (?,?,?,?,?,NULL,NULL)",
+                         (run_id, call_id, tool, dumps(arguments), self.now()))
+
+    def call_outcome(self, run_id: str, call_id: str, outcome: dict[str, Any]) -> None:
+        """Record the outcome of a call whose intent was recorded. Raises KeyError when there is no intent."""
+        _check_dict("outcome", outcome)
+        with self.transaction() as conn:
+            cur = conn.execute("UPDATE calls SET outcome = ?, outcome_at = ? WHERE run_id = ? AND call_id = ?",
+                               (dumps(outcome), self.now(), run_id, call_id))
+            if cur.rowcount == 0:
+                raise KeyError(f"no intent recorded for call {call_id!r} of run {run_id!r}")
+
+    def unfinished_runs(self) -> list[str]:
+        """Ids of runs without a terminal state, oldest first."""
+        return [r[0] for r in self.query("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY rowid")]
+
+    def calls_without_outcome(self, run_id: str) -> list[dict[str, Any]]:
+        """Calls of ``run_id`` that have an intent and no outcome, in intent order."""
+        rows = self.query(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? AND outcome IS NULL "
+                          "ORDER BY rowid", (run_id,))
+        return [_call(r) for r in rows]
+
+    def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Newest runs first (without their calls), optionally only those of ``origin``."""
+        limit = max(0, operator.index(limit))
+        if origin is None:
+            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY rowid DESC LIMIT ?", (limit,))
+        else:
+            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE origin = ? ORDER BY rowid DESC LIMIT ?",
+                              (origin, limit))
+        return [_run(r) for r in rows]
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        """One run with ``calls`` (intent order, each with its outcome or None), or None."""
+        with self.snapshot() as conn:
+            row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                return None
+            calls = conn.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? ORDER BY rowid",
+                                 (run_id,)).fetchall()
+        run = _run(row)
+        run["calls"] = [_call(c) for c in calls]
+        return run
+
+    def mark_interrupted(self) -> list[str]:
+        """At broker start: every run without a terminal state becomes ``interrupted``. Returns their ids."""
+        with self.transaction() as conn:
+            ids = [r[0] for r in conn.execute("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY rowid")]
+            conn.execute("UPDATE runs SET state = ?, finished_at = ? WHERE finished_at IS NULL",
+                         (INTERRUPTED, self.now()))
+        return ids

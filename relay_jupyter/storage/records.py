@@ -1,0 +1,165 @@
+"""Keyed records of the store: grants, the budget ledger, conversations, saved trust, tool pins."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..core.types import Grant, ToolClass
+from ._db import Database, check_amount, check_text, dumps
+
+__all__ = ["GrantsMixin", "ConversationsMixin", "TrustMixin"]
+
+
+class GrantsMixin(Database):
+    """``GrantStore`` and ``Ledger``."""
+
+    def get_grant(self, origin: str) -> Grant | None:
+        """The stored grant of ``origin`` (expired or not), or None."""
+        rows = self.query("SELECT body FROM grants WHERE origin = ?", (origin,))
+        return Grant.model_validate_json(rows[0][0]) if rows else None
+
+    def put_grant(self, grant: Grant) -> None:
+        """Insert or replace the grant of ``grant.origin``. Narrowing checks are ``core``'s job."""
+        if not isinstance(grant, Grant):
+            raise ValueError(f"put_grant needs a Grant, got {grant.__class__.__name__}")
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO grants (origin, body, updated_at) VALUES (?,?,?)",
+                         (grant.origin, grant.model_dump_json(), self.now()))
+
+    def delete_grant(self, origin: str) -> bool:
+        """Remove the grant of ``origin``; True if there was one."""
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM grants WHERE origin = ?", (origin,)).rowcount > 0
+
+    def list_grants(self) -> list[Grant]:
+        """Every stored grant, ordered by origin."""
+        return [Grant.model_validate_json(r[0]) for r in self.query("SELECT body FROM grants ORDER BY origin")]
+
+    def usage(self, origin: str, day: str) -> tuple[int, float]:
+        """(tokens, cost_usd) committed so far for ``origin`` on ``day`` (ISO date, UTC)."""
+        rows = self.query("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?", (origin, day))
+        return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
+
+    def add_usage(self, origin: str, day: str, tokens: int, cost_usd: float) -> None:
+        """Add to the committed usage in one statement (concurrent adds never lose an update).
+
+        Raises ValueError for a negative or non-finite amount: the ledger only grows.
+        """
+        check_text("origin", origin)
+        check_text("day", day)
+        check_amount("tokens", tokens)
+        check_amount("cost_usd", cost_usd)
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO ledger (origin, day, tokens, cost_usd) VALUES (?,?,?,?) "
+                "ON CONFLICT (origin, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
+                "cost_usd = cost_usd + excluded.cost_usd",
+                (origin, day, int(tokens), float(cost_usd)))
+
+
+class ConversationsMixin(Database):
+    """Conversations: the message list of a ``%%agent`` conversation and its metadata."""
+
+    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
+                          meta: dict[str, Any]) -> None:
+        """Insert or replace a conversation; ``created_at`` is kept across saves."""
+        check_text("conv_id", conv_id)
+        check_text("origin", origin)
+        if not isinstance(name, str):
+            raise ValueError("name must be a string")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise ValueError("messages must be a list of dicts")
+        if not isinstance(meta, dict):
+            raise ValueError("meta must be a dict")
+        now = self.now()
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO conversations (conv_id, origin, name, messages, meta, created_at, updated_at) "
+                "VALUES (?,?,?,?,?,?,?) ON CONFLICT (conv_id) DO UPDATE SET origin = excluded.origin, "
+                "name = excluded.name, messages = excluded.messages, meta = excluded.meta, "
+                "updated_at = excluded.updated_at",
+                (conv_id, origin, name, dumps(messages), dumps(meta), now, now))
+
+    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
+        """``{conv_id, origin, name, messages, meta, created_at, updated_at}`` or None."""
+        rows = self.query("SELECT conv_id, origin, name, messages, meta, created_at, updated_at "
+                          "FROM conversations WHERE conv_id = ?", (conv_id,))
+        if not rows:
+            return None
+        cid, origin, name, messages, meta, created, updated = rows[0]
+        return {"conv_id": cid, "origin": origin, "name": name, "messages": json.loads(messages),
+                "meta": json.loads(meta), "created_at": created, "updated_at": updated}
+
+    def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
+        """Summaries (no messages; ``message_count`` instead), most recently updated first."""
+        sql = ("SELECT conv_id, origin, name, json_array_length(messages), meta, created_at, updated_at "
+               "FROM conversations")
+        rows = self.query(sql + " ORDER BY updated_at DESC, rowid DESC") if origin is None else \
+            self.query(sql + " WHERE origin = ? ORDER BY updated_at DESC, rowid DESC", (origin,))
+        return [{"conv_id": c, "origin": o, "name": n, "message_count": k, "meta": json.loads(m),
+                 "created_at": ca, "updated_at": ua} for c, o, n, k, m, ca, ua in rows]
+
+    def delete_conversation(self, conv_id: str) -> bool:
+        """Remove a conversation; True if it existed. Its runs stay in the journal."""
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM conversations WHERE conv_id = ?", (conv_id,)).rowcount > 0
+
+
+class TrustMixin(Database):
+    """Saved trust ("Always allow for this notebook") and MCP tool pins, both bound to a tool digest."""
+
+    def add_trust(self, origin: str, tool: str, digest: str) -> None:
+        """Trust ``tool`` for ``origin`` while its digest is ``digest`` (replaces an older digest)."""
+        check_text("origin", origin)
+        check_text("tool", tool)
+        check_text("digest", digest)
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO trust (origin, tool, digest, created_at) VALUES (?,?,?,?)",
+                         (origin, tool, digest, self.now()))
+
+    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
+        """True only when ``origin`` trusts ``tool`` with exactly this digest (a changed tool is not trusted)."""
+        return bool(self.query("SELECT 1 FROM trust WHERE origin = ? AND tool = ? AND digest = ?",
+                               (origin, tool, digest)))
+
+    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
+        """``[{origin, tool, digest, created_at}]`` ordered by origin, tool."""
+        sql = "SELECT origin, tool, digest, created_at FROM trust"
+        rows = self.query(sql + " ORDER BY origin, tool") if origin is None else \
+            self.query(sql + " WHERE origin = ? ORDER BY tool", (origin,))
+        return [{"origin": o, "tool": t, "digest": d, "created_at": c} for o, t, d, c in rows]
+
+    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
+        """Forget the trust of ``origin`` for ``tool`` (every tool when None). Returns how many went."""
+        with self.transaction() as conn:
+            if tool is None:
+                return conn.execute("DELETE FROM trust WHERE origin = ?", (origin,)).rowcount
+            return conn.execute("DELETE FROM trust WHERE origin = ? AND tool = ?", (origin, tool)).rowcount
+
+    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None:
+        """Pin MCP tool ``tool`` (``server__tool``) to ``tool_class`` while its digest is ``digest``.
+
+        Raises ValueError for an unknown class.
+        """
+        check_text("tool", tool)
+        check_text("digest", digest)
+        cls = ToolClass(tool_class)
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO pins (tool, digest, tool_class, created_at) VALUES (?,?,?,?)",
+                         (tool, digest, cls.value, self.now()))
+
+    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None:
+        """``(digest, class)`` of the pin of ``tool``, or None. The caller compares the digest."""
+        rows = self.query("SELECT digest, tool_class FROM pins WHERE tool = ?", (tool,))
+        return (rows[0][0], ToolClass(rows[0][1])) if rows else None
+
+    def delete_pin(self, tool: str) -> bool:
+        """Remove the pin of ``tool``; True if there was one."""
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM pins WHERE tool = ?", (tool,)).rowcount > 0
+
+    def list_pins(self) -> list[dict[str, Any]]:
+        """``[{tool, digest, tool_class, created_at}]`` ordered by tool."""
+        rows = self.query("SELECT tool, digest, tool_class, created_at FROM pins ORDER BY tool")
+        return [{"tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts} for t, d, c, ts in rows]

@@ -1,0 +1,175 @@
+"""The versioned schema of ``relay.db`` and the code that migrates a file to it.
+
+``PRAGMA user_version`` holds the version of a database file. :data:`MIGRATIONS` is the ordered
+list of steps ``(version, step)``; ``step`` is an SQL script or a callable taking the open
+``sqlite3.Connection``. Opening a file applies every step whose version is above the file's, each
+in its own ``BEGIN IMMEDIATE`` transaction together with the new ``user_version``, so a crash
+mid-migration leaves the file at the previous version. A file whose version is above
+:data:`SCHEMA_VERSION` was written by a newer relay-jupyter and is refused (:class:`SchemaError`).
+
+**To add or change a table, append a new step to MIGRATIONS** (never edit a released step: files in
+the wild were created by it). ``storage/checkpoints.py`` keeps its own tables in the same file with
+``CREATE TABLE IF NOT EXISTS``; that is allowed because those tables are not named here.
+
+Version history:
+
+1. grants, the budget ledger, events (AUTOINCREMENT ids, never reused), the runs journal (runs, calls).
+2. conversations, saved trust ("Always allow for this notebook"), MCP tool pins.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from .errors import SchemaError
+
+__all__ = ["SCHEMA_VERSION", "MIGRATIONS", "V1_SQL", "V2_SQL", "schema_version", "migrate"]
+
+V1_SQL = """
+CREATE TABLE grants (
+    origin      TEXT PRIMARY KEY,
+    body        TEXT NOT NULL,          -- Grant.model_dump_json()
+    updated_at  REAL NOT NULL
+);
+CREATE TABLE ledger (
+    origin      TEXT NOT NULL,
+    day         TEXT NOT NULL,          -- ISO date, UTC
+    tokens      INTEGER NOT NULL DEFAULT 0,
+    cost_usd    REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (origin, day)
+) WITHOUT ROWID;
+-- AUTOINCREMENT: an id is never handed out twice, even after the newest events were pruned.
+CREATE TABLE events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts          REAL NOT NULL,
+    type        TEXT NOT NULL,
+    origin      TEXT,                   -- NULL: broadcast
+    run_id      TEXT,
+    body        TEXT NOT NULL           -- the event's wire JSON without its id (see storage/events.py)
+);
+CREATE TABLE runs (
+    run_id       TEXT PRIMARY KEY,
+    origin       TEXT NOT NULL,
+    conversation TEXT NOT NULL,
+    state        TEXT NOT NULL,         -- running | done | cancelled | error | budget_exhausted | interrupted
+    started_at   REAL NOT NULL,
+    finished_at  REAL,
+    meta         TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX runs_origin ON runs (origin);
+CREATE INDEX runs_unfinished ON runs (finished_at) WHERE finished_at IS NULL;
+CREATE TABLE calls (
+    run_id      TEXT NOT NULL,
+    call_id     TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    arguments   TEXT NOT NULL,          -- redacted by the caller
+    intent_at   REAL NOT NULL,
+    outcome     TEXT,                   -- NULL until the outcome record is written
+    outcome_at  REAL,
+    PRIMARY KEY (run_id, call_id)
+);
+"""
+
+V2_SQL = """
+CREATE TABLE conversations (
+    conv_id     TEXT PRIMARY KEY,
+    origin      TEXT NOT NULL,
+    name        TEXT NOT NULL DEFAULT '',
+    messages    TEXT NOT NULL,          -- JSON array
+    meta        TEXT NOT NULL DEFAULT '{}',
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE INDEX conversations_origin ON conversations (origin);
+CREATE TABLE trust (
+    origin      TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    digest      TEXT NOT NULL,          -- ToolSpec.digest the trust is bound to
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (origin, tool)
+);
+CREATE TABLE pins (
+    tool        TEXT PRIMARY KEY,       -- server__tool
+    digest      TEXT NOT NULL,
+    tool_class  TEXT NOT NULL CHECK (tool_class IN ('read', 'contained', 'write')),
+    created_at  REAL NOT NULL
+);
+"""
+
+Step = str | Callable[[sqlite3.Connection], None]
+
+#: Ordered migration steps. Append only; the last version is :data:`SCHEMA_VERSION`.
+MIGRATIONS: list[tuple[int, Step]] = [
+    (1, V1_SQL),
+    (2, V2_SQL),
+]
+
+SCHEMA_VERSION: int = MIGRATIONS[-1][0]
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The ``user_version`` of the open database (0 for a new file)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _statements(script: str) -> list[str]:
+    """Split an SQL script into complete statements.
+
+    ``executescript`` would COMMIT our transaction first, so each statement runs through ``execute``
+    inside it; ``sqlite3.complete_statement`` finds statement ends without parsing SQL ourselves.
+    """
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf)
+            buf = ""
+    if buf.strip() and not all(part.strip().startswith("--") for part in buf.splitlines() if part.strip()):
+        raise ValueError("incomplete SQL statement at the end of a migration script")
+    return out
+
+
+def migrate(conn: sqlite3.Connection, migrations: list[tuple[int, Step]] | None = None,
+            *, where: str = "the database") -> int:
+    """Bring ``conn`` (autocommit mode) up to the newest version. Returns the version reached.
+
+    Raises:
+        SchemaError: the file is newer than this code, or a step failed (the file keeps its old version).
+    """
+    steps = MIGRATIONS if migrations is None else migrations
+    newest = steps[-1][0] if steps else 0
+    current = schema_version(conn)
+    if current > newest:
+        raise SchemaError(
+            f"{where} has schema version {current}, but this relay-jupyter only knows up to {newest}: "
+            "it was written by a newer relay-jupyter. Upgrade relay-jupyter, or move the file away to start fresh.",
+            data={"found": current, "supported": newest},
+        )
+    for version, step in steps:
+        if version <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # re-read inside the write lock: another process may have migrated meanwhile
+            current = schema_version(conn)
+            if version <= current:
+                conn.execute("COMMIT")
+                continue
+            if isinstance(step, str):
+                for statement in _statements(step):
+                    conn.execute(statement)
+            else:
+                step(conn)
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise SchemaError(f"migrating {where} to schema version {version} failed: {exc}",
+                                  data={"version": version}) from exc
+            raise
+        current = version
+    return current

@@ -1,0 +1,45 @@
+"""The embedded store: one SQLite file (WAL) for grants, the ledger, events, runs, conversations,
+saved trust and tool pins. See docs/storage.md.
+
+    store = Store.open()            # <jupyter data dir>/relay/relay.db, mode 0600
+    store.put_grant(grant)
+    store.append_events([...])
+    store.close()
+
+Implements the ports ``GrantStore``, ``Ledger``, ``EventStore`` and ``RunJournal`` of
+:mod:`relay_jupyter.core.ports`. Thread-safe: one connection behind one lock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .events import EventsMixin
+from .journal import JournalMixin
+from .paths import data_dir
+from .records import ConversationsMixin, GrantsMixin, TrustMixin
+
+__all__ = ["Store", "DB_NAME"]
+
+DB_NAME = "relay.db"
+
+
+class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMixin):
+    """SQLite store. Create with :meth:`open`; use as a context manager or call :meth:`close`."""
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, *,
+             clock: Callable[[], float] = time.time) -> Store:
+        """Open (creating and migrating) the database at ``path``, default ``data_dir() / "relay.db"``.
+
+        ``clock`` stamps events, runs and records (tests pass a fake one).
+
+        Raises:
+            StoreError: the file is not a database, cannot use WAL, or is busy.
+            SchemaError: the file was written by a newer relay-jupyter.
+        """
+        where = data_dir() / DB_NAME if path is None else Path(path)
+        return cls(cls._connect(where), where, clock)
