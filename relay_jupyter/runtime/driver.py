@@ -1,0 +1,115 @@
+"""The turn driver: streams one assistant turn from a backend, coalescing text deltas, and
+collects the turn's text, tool calls, usage and stop reason.
+
+Coalescing keeps the event count bounded whatever the model's delta size: text is flushed when
+``max_chars`` are buffered, when ``interval`` seconds have passed since the last flush (checked on
+each delta, plus a timer so a stalled stream still shows its tail), and at the end of the turn.
+Per-delta work is O(len(delta)): pieces go to a list joined only at flush time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends.base import Backend, Stop, TextDelta, ToolCallDone, UsageEvent
+from ..core.types import ToolSpec, Usage
+
+__all__ = ["Coalescer", "TurnResult", "drive_turn"]
+
+
+class Coalescer:
+    """Buffers text pieces and hands them to ``flush(text)`` in bounded batches."""
+
+    def __init__(self, flush: Callable[[str], None], *, interval: float = 0.03, max_chars: int = 2048,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._flush = flush
+        self._interval = interval
+        self._max_chars = max_chars
+        self._clock = clock
+        self._parts: list[str] = []
+        self._size = 0
+        self._last = clock()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, text: str) -> None:
+        """Buffer ``text``; flush if the size or time bound is reached."""
+        if not text:
+            return
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= self._max_chars or self._clock() - self._last >= self._interval:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval, self.flush)
+
+    def flush(self) -> None:
+        """Hand over everything buffered (no-op when empty)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._parts:
+            return
+        text = "".join(self._parts)
+        self._parts.clear()
+        self._size = 0
+        self._last = self._clock()
+        self._flush(text)
+
+    def close(self) -> None:
+        """Flush and stop the timer."""
+        self.flush()
+
+
+@dataclass
+class TurnResult:
+    """One assistant turn as streamed so far (complete when ``stop`` is set)."""
+
+    text_parts: list[str] = field(default_factory=list)
+    calls: list[ToolCallDone] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    stop: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The assistant text of the turn."""
+        return "".join(self.text_parts)
+
+    def message(self) -> dict[str, Any]:
+        """The turn as a normalized assistant message (text first, then tool_use blocks)."""
+        blocks: list[dict[str, Any]] = []
+        if self.text:
+            blocks.append({"type": "text", "text": self.text})
+        for c in self.calls:
+            blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.input})
+        return {"role": "assistant", "content": blocks}
+
+
+async def drive_turn(backend: Backend, *, model: str, system: str, messages: list[dict[str, Any]],
+                     tools: Sequence[ToolSpec], max_tokens: int, coalescer: Coalescer,
+                     result: TurnResult) -> TurnResult:
+    """Stream one turn into ``result`` (filled as it goes, so a cancelled turn keeps its partial
+    text). Raises ``BackendFailure``; on cancellation the stream is closed."""
+    stream = backend.stream_turn(model, system, messages, tools, max_tokens)
+    try:
+        async for event in stream:
+            if type(event) is TextDelta:
+                result.text_parts.append(event.text)
+                coalescer.add(event.text)
+            elif isinstance(event, ToolCallDone):
+                result.calls.append(event)
+            elif isinstance(event, UsageEvent):
+                result.usage = event.usage
+            elif isinstance(event, Stop):
+                result.stop = event.reason
+    finally:
+        coalescer.close()
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if result.stop is None:
+        result.stop = "end_turn"
+    return result

@@ -1,0 +1,207 @@
+"""The tool executor: one call through the fixed order of DESIGN.md §2 / issue 4.
+
+1. argument size cap (256 KiB of JSON, object root)
+2. JSON Schema validation against the tool's schema (``jsonschema``; a broken schema refuses)
+3. preflight (the provider's local checks; card reasons and preview)
+4. gate (grant, allowlist, budget, class) — and 5. consent, inside the gate, for writes
+6. execute, with a journal intent record before and an outcome record after
+7. audit (the gate writes the audit record of every decision and execution)
+
+Every path ends in a :class:`~relay_jupyter.runtime.tools.ToolResult`: a refusal is a result the
+model reads (``is_error`` with the refusal code), never an exception that would leave the call
+unanswered. Only cancellation propagates, after the journal has recorded it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+
+from ..backends.base import ToolCallDone
+from ..core.errors import Code, GateRefusal, Refusal
+from ..core.redact import redact
+from ..core.types import ToolRequest, ToolSpec
+from ..protocol.names import EventType
+from .tools import ToolContext, ToolIndex, ToolResult, as_result
+
+__all__ = ["MAX_ARGUMENT_BYTES", "MAX_RESULT_CHARS", "Executor", "Emit", "refused"]
+
+#: Largest accepted argument object, as JSON bytes.
+MAX_ARGUMENT_BYTES = 256 * 1024
+#: Largest tool result kept (stored and sent); longer output is cut with a marker.
+MAX_RESULT_CHARS = 512 * 1024
+
+Emit = Callable[[str, dict[str, Any], ToolContext], None]
+"""``emit(event_type, data, ctx)``: appends one event to the run's ordered channel."""
+
+
+def refused(code: Code | str, message: str) -> ToolResult:
+    """The result the model sees for a call that was not run."""
+    code = Code(code)
+    return ToolResult(f"refused ({code.value}): {message}", is_error=True, code=code.value)
+
+
+class _Validators:
+    """Compiled validators keyed by spec digest (schemas are checked once, then reused)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def get(self, spec: ToolSpec) -> Any:
+        key = spec.digest
+        validator = self._cache.get(key)
+        if validator is None:
+            cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
+            cls.check_schema(spec.input_schema)
+            validator = cls(spec.input_schema)
+            if len(self._cache) > 1024:
+                self._cache.clear()
+            self._cache[key] = validator
+        return validator
+
+
+class Executor:
+    """Runs calls through the fixed order. ``consent_for(ctx)`` picks the consent port of the
+    run's permission mode; the gate asks it only for write-class calls."""
+
+    def __init__(self, gate: Any, journal: Any, emit: Emit, consent_for: Callable[[ToolContext], Any],
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.gate = gate
+        self.journal = journal
+        self.emit = emit
+        self.consent_for = consent_for
+        self.clock = clock
+        self._validators = _Validators()
+
+    async def run_call(self, ctx: ToolContext, index: ToolIndex, call: ToolCallDone) -> ToolResult:
+        """Take one model-proposed call through every step; always returns a result."""
+        self.emit(EventType.TOOL_PROPOSED, {"call_id": call.id, "tool": call.name,
+                                            "arguments": redact(call.input)}, ctx)
+        found = index.get(call.name)
+        if found is None:
+            return self._refuse(ctx, call.id, Code.UNKNOWN_TOOL,
+                                f"there is no tool named {call.name[:100]!r} in this run")
+        if call.raw_size > MAX_ARGUMENT_BYTES:
+            return self._refuse(ctx, call.id, Code.ARGUMENTS_TOO_LARGE,
+                                f"arguments are {call.raw_size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
+        if call.raw is not None:
+            return self._refuse(ctx, call.id, Code.INVALID_ARGUMENTS, "arguments must be a JSON object")
+        return await self._checked(ctx, found, call.id, call.input)
+
+    async def execute_client_call(self, ctx: ToolContext, index: ToolIndex, tool: str,
+                                  arguments: Any, call_id: str) -> ToolResult:
+        """A client-initiated call (``tools.call``): same steps and the same gate as a model call."""
+        self.emit(EventType.TOOL_PROPOSED, {"call_id": call_id, "tool": tool,
+                                            "arguments": redact(arguments)}, ctx)
+        found = index.get(tool)
+        if found is None:
+            return self._refuse(ctx, call_id, Code.UNKNOWN_TOOL, f"there is no tool named {tool[:100]!r}")
+        if not isinstance(arguments, dict):
+            return self._refuse(ctx, call_id, Code.INVALID_ARGUMENTS, "arguments must be a JSON object")
+        size = len(json.dumps(arguments, ensure_ascii=False).encode())
+        if size > MAX_ARGUMENT_BYTES:
+            return self._refuse(ctx, call_id, Code.ARGUMENTS_TOO_LARGE,
+                                f"arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
+        return await self._checked(ctx, found, call_id, arguments)
+
+    async def _checked(self, ctx: ToolContext, found: tuple[Any, ToolSpec], call_id: str,
+                       args: dict[str, Any]) -> ToolResult:
+        provider, spec = found
+        try:
+            validator = self._validators.get(spec)
+        except SchemaError:
+            return self._refuse(ctx, call_id, Code.INVALID_ARGUMENTS,
+                                f"the schema of tool {spec.name!r} is not a valid JSON Schema")
+        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            return self._refuse(ctx, call_id, Code.INVALID_ARGUMENTS,
+                                f"arguments do not match the schema at {where}: {error.message[:300]}")
+        self.emit(EventType.TOOL_VALIDATED, {"call_id": call_id, "tool": spec.name,
+                                             "tool_class": spec.tool_class.value}, ctx)
+        try:
+            pre = await provider.preflight(ctx, spec.name, args)
+        except Refusal as exc:
+            return self._refuse(ctx, call_id, exc.code, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken provider refuses its own call, never the run
+            return self._refuse(ctx, call_id, Code.TOOL_ERROR, f"preflight failed ({type(exc).__name__})")
+        request = ToolRequest(origin=ctx.origin, tool=spec, arguments=args, call_id=call_id,
+                              run_id=ctx.run_id, conversation=ctx.conversation, originator=ctx.originator,
+                              mode=ctx.mode, reasons=pre.reasons, preview=pre.preview)
+        decision: dict[str, Any] = {}
+
+        async def execute(*_: Any, **__: Any) -> ToolResult:
+            # reached only when the gate allowed the call (consent included)
+            decision["allowed"] = True
+            self.emit(EventType.TOOL_DECIDED, {"call_id": call_id, "decision": "allow"}, ctx)
+            return await self._execute(ctx, provider, spec, call_id, args, pre.preview)
+
+        try:
+            value = await self.gate.call_tool(request, execute, self.consent_for(ctx))
+        except GateRefusal as exc:
+            return self._refuse(ctx, call_id, exc.code, exc.message)
+        except Refusal as exc:
+            if decision.get("allowed"):
+                return self._finished(ctx, call_id, refused(exc.code, exc.message), 0.0)
+            return self._refuse(ctx, call_id, exc.code, exc.message)
+        return as_result(value) if not isinstance(value, ToolResult) else value
+
+    async def _execute(self, ctx: ToolContext, provider: Any, spec: ToolSpec, call_id: str,
+                       args: dict[str, Any], preview: dict[str, Any]) -> ToolResult:
+        run_id = ctx.run_id
+        if run_id is not None:
+            self.journal.call_intent(run_id, call_id, spec.name, redact(args))
+        self.emit(EventType.TOOL_STARTED, {"call_id": call_id, "tool": spec.name}, ctx)
+        started = self.clock()
+        try:
+            result = await provider.call(ctx, spec.name, args, preview)
+            result = _capped(as_result(result))
+        except asyncio.CancelledError:
+            if run_id is not None:
+                self.journal.call_outcome(run_id, call_id, {"status": "cancelled", "outcome_unknown": True})
+            self.emit(EventType.TOOL_FINISHED, {"call_id": call_id, "is_error": True, "summary": "cancelled",
+                                                "duration_ms": (self.clock() - started) * 1000}, ctx)
+            raise
+        except Refusal as exc:  # e.g. a digest changed between consent and execution
+            result = refused(exc.code, exc.message)
+        except Exception as exc:
+            result = ToolResult(f"the tool failed: {type(exc).__name__}: {str(exc)[:500]}", is_error=True,
+                                code=Code.TOOL_ERROR.value)
+        if run_id is not None:
+            self.journal.call_outcome(run_id, call_id, {"status": "error" if result.is_error else "ok",
+                                                        "code": result.code, "chars": len(result.content)})
+        return self._finished(ctx, call_id, result, (self.clock() - started) * 1000)
+
+    def _finished(self, ctx: ToolContext, call_id: str, result: ToolResult, duration_ms: float) -> ToolResult:
+        self.emit(EventType.TOOL_FINISHED, {"call_id": call_id, "is_error": result.is_error,
+                                            "summary": _summary(result), "duration_ms": round(duration_ms, 3),
+                                            **({"code": result.code} if result.code else {})}, ctx)
+        return result
+
+    def _refuse(self, ctx: ToolContext, call_id: str, code: Code | str, message: str) -> ToolResult:
+        result = refused(code, message)
+        self.emit(EventType.TOOL_DECIDED, {"call_id": call_id, "decision": "deny", "code": result.code,
+                                           "message": message[:500]}, ctx)
+        return result
+
+
+def _capped(result: ToolResult) -> ToolResult:
+    if len(result.content) <= MAX_RESULT_CHARS:
+        return result
+    cut = len(result.content) - MAX_RESULT_CHARS
+    return ToolResult(result.content[:MAX_RESULT_CHARS] + f"\n[… output truncated: {cut} more characters]",
+                      result.is_error, result.code, result.data)
+
+
+def _summary(result: ToolResult) -> str:
+    text = redact(result.content, max_str=200)
+    return text if isinstance(text, str) else str(text)[:200]
+
