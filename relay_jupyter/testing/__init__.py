@@ -9,14 +9,16 @@ Replies are scripted with :class:`Reply`, :func:`text` and :func:`tool_use`; see
 """
 
 from .fake_anthropic import FakeAnthropic
+from .fake_openai import FakeOpenAI
 from .loopback import RecordedRequest
 from .script import ErrorReply, Reply, TextBlock, ToolUseBlock, Usage, text, tool_use
 
 __all__ = [
+    "ErrorReply",
     "FakeAnthropic",
+    "FakeOpenAI",
     "RecordedRequest",
     "Reply",
-    "ErrorReply",
     "TextBlock",
     "ToolUseBlock",
     "Usage",

@@ -18,28 +18,15 @@ Also ``POST /v1/messages/count_tokens`` and ``GET /v1/models``.
 
 from __future__ import annotations
 
-import asyncio
-import math
 import secrets
-import time
 from typing import Any
 
 from ..protocol.sse import encode_raw
-from .loopback import HTTPRequest, LoopbackServer, RecordedRequest, Responder, ClientDisconnected
-from .script import (
-    DEFAULT_TEXT,
-    Block,
-    ErrorReply,
-    Reply,
-    Script,
-    TextBlock,
-    ToolUseBlock,
-    count_tokens,
-    split_json,
-    split_text,
-)
+from .loopback import ClientDisconnected, HTTPRequest, RecordedRequest, Responder
+from .script import Block, ErrorReply, Reply, TextBlock, count_tokens, split_json, split_text
+from .scripted import Pacer, ScriptedServer, count_request_tokens
 
-__all__ = ["FakeAnthropic", "ERROR_TYPES", "count_request_tokens"]
+__all__ = ["ERROR_TYPES", "FakeAnthropic", "count_request_tokens"]
 
 #: HTTP status -> the Anthropic API error type.
 ERROR_TYPES = {
@@ -60,30 +47,12 @@ _MESSAGES = {
     "api_error": "Internal server error",
 }
 _ROLES = ("user", "assistant", "system")
-_STRUCTURAL = frozenset({"role", "type", "id", "tool_use_id", "cache_control"})
 
 
 def error_body(error_type: str, message: str) -> dict[str, Any]:
     """The API's error JSON."""
     return {"type": "error", "error": {"type": error_type, "message": message},
             "request_id": f"req_fake{secrets.token_hex(8)}"}
-
-
-def _strings(value: Any) -> list[str]:
-    """Every string inside a JSON value except keys and structural fields (role, type, ids)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() if k not in _STRUCTURAL for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-def count_request_tokens(body: dict[str, Any]) -> int:
-    """Deterministic input-token estimate: words in ``system``, ``messages`` and ``tools``."""
-    words = sum(count_tokens(s) for key in ("system", "messages", "tools") for s in _strings(body.get(key)))
-    return max(words, 1)
 
 
 def validate_request(body: Any) -> str | None:
@@ -127,7 +96,7 @@ def _block_json(block: Block) -> dict[str, Any]:
     return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
 
 
-class FakeAnthropic(LoopbackServer):
+class FakeAnthropic(ScriptedServer):
     """A real HTTP server speaking the Anthropic Messages API from a queue of scripted replies.
 
     Args:
@@ -145,36 +114,8 @@ class FakeAnthropic(LoopbackServer):
         max_body_bytes: int = 32 * 1024 * 1024,
         models: tuple[str, ...] = ("claude-fake-1",),
     ) -> None:
-        super().__init__(api_key=api_key, max_body_bytes=max_body_bytes)
-        if isinstance(default, str):
-            default = Reply(default)
-        self.script = Script(default=default or Reply(DEFAULT_TEXT))
+        super().__init__(api_key=api_key, default=default, max_body_bytes=max_body_bytes)
         self.models = models
-
-    # ----- scripting ------------------------------------------------------------------------------
-    def enqueue(self, *replies: Reply | Block | str | list[Block | str]) -> FakeAnthropic:
-        """Queue replies, served in order, one per request. A str / block / list becomes a Reply."""
-        for reply in replies:
-            self.script.push(reply)
-        return self
-
-    def enqueue_error(
-        self,
-        status: int = 429,
-        retry_after: float | None = None,
-        body: Any = None,
-        message: str | None = None,
-        error_type: str | None = None,
-    ) -> FakeAnthropic:
-        """Queue an HTTP error answer: the API's error JSON (or ``body`` verbatim) with
-        ``retry-after`` / ``retry-after-ms`` headers when ``retry_after`` is given (seconds)."""
-        self.script.push(ErrorReply(status, retry_after, body, message, error_type))
-        return self
-
-    @property
-    def pending(self) -> int:
-        """Scripted replies not yet served."""
-        return self.script.pending()
 
     # ----- serving --------------------------------------------------------------------------------
     async def bad_request(self, responder: Responder, status: int, message: str) -> None:
@@ -236,10 +177,7 @@ class FakeAnthropic(LoopbackServer):
             await responder.send(200, self._message(item, body), {"request-id": _request_id()})
 
     async def _scripted_error(self, responder: Responder, item: ErrorReply) -> None:
-        headers = {"request-id": _request_id()}
-        if item.retry_after is not None:
-            headers["retry-after"] = str(max(1, math.ceil(item.retry_after)))
-            headers["retry-after-ms"] = str(int(item.retry_after * 1000))
+        headers = {"request-id": _request_id(), **self.retry_headers(item)}
         await self._error(responder, item.status, item.message, item.error_type, headers, item.body)
 
     def _usage(self, reply: Reply, body: dict[str, Any], output_tokens: int) -> dict[str, int]:
@@ -271,7 +209,7 @@ class FakeAnthropic(LoopbackServer):
         async def emit(event_type: str, data: dict[str, Any]) -> None:
             await responder.write(encode_raw(None, event_type, data))
 
-        pacer = _Pacer(reply.first_token_delay, reply.tokens_per_second)
+        pacer = Pacer(reply.first_token_delay, reply.tokens_per_second)
         deltas = 0
         try:
             await responder.start_stream({"request-id": _request_id()})
@@ -321,27 +259,3 @@ class FakeAnthropic(LoopbackServer):
 
 def _request_id() -> str:
     return f"req_fake{secrets.token_hex(8)}"
-
-
-class _Pacer:
-    """Sleeps so deltas leave at ``tokens_per_second`` after ``first_delay``, against a fixed schedule
-    (sleeping a fixed amount per delta would drift by the time spent writing)."""
-
-    def __init__(self, first_delay: float, tokens_per_second: float | None) -> None:
-        self.first_delay = first_delay
-        self.rate = tokens_per_second
-        self.t0: float | None = None
-        self.sent = 0.0
-
-    async def wait(self, tokens: int) -> None:
-        """Wait until the delta carrying ``tokens`` is due."""
-        if self.t0 is None:
-            if self.first_delay > 0:
-                await asyncio.sleep(self.first_delay)
-            self.t0 = time.monotonic()
-        elif self.rate is not None:
-            # this delta is due once every token before it has had its share of time
-            delay = self.t0 + self.sent / self.rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        self.sent += tokens

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["HTTPRequest", "RecordedRequest", "Responder", "LoopbackServer", "ClientDisconnected", "REDACTED"]
+__all__ = ["REDACTED", "ClientDisconnected", "HTTPRequest", "LoopbackServer", "RecordedRequest", "Responder"]
 
 REDACTED = "[REDACTED]"
 _SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization")
@@ -178,7 +178,7 @@ class LoopbackServer:
                     asyncio.start_server(self._serve, "127.0.0.1", 0, limit=_MAX_HEADER_BYTES)
                 )
                 self.port = self._server.sockets[0].getsockname()[1]
-            except BaseException as exc:  # surfaced to the caller of start()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller of start()
                 failure.append(exc)
                 ready.set()
                 loop.close()
@@ -220,7 +220,7 @@ class LoopbackServer:
         self._thread = None
         self._loop = None
 
-    def __enter__(self):  # noqa: D105 - the usual context manager
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -14,6 +14,7 @@ be overridden with :class:`Usage`.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import re
 import secrets
@@ -22,19 +23,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "DEFAULT_TEXT",
+    "Block",
+    "ErrorReply",
+    "Reply",
+    "Script",
     "TextBlock",
     "ToolUseBlock",
-    "Block",
     "Usage",
-    "Reply",
-    "ErrorReply",
-    "Script",
+    "count_tokens",
+    "split_json",
+    "split_text",
     "text",
     "tool_use",
-    "count_tokens",
-    "split_text",
-    "split_json",
-    "DEFAULT_TEXT",
 ]
 
 DEFAULT_TEXT = "(fake) no scripted reply"
@@ -216,7 +217,7 @@ def split_json(value: dict[str, Any]) -> list[str]:
             in_string = True
         i += 1
     bounds = [0, *sorted(c for c in cuts if 0 < c < len(doc)), len(doc)]
-    return [""] + [doc[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [""] + [doc[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 @dataclass

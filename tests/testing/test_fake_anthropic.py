@@ -227,8 +227,13 @@ async def test_oversized_body_unknown_path_and_method():
 
 def test_garbage_on_the_socket_gets_400_and_server_survives():
     with FakeAnthropic() as fake:
-        for junk in (b"NOT HTTP\r\n\r\n", b"GET / HTTP/9\r\n\r\n", b"POST /v1/messages HTTP/1.1\r\n"
-                     b"content-length: abc\r\n\r\n"):
+        junks = [
+            b"NOT HTTP\r\n\r\n",
+            b"GET / HTTP/9\r\n\r\n",
+            b"POST /v1/messages HTTP/1.1\r\ncontent-length: abc\r\n\r\n",
+            b"POST /v1/messages HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        ]
+        for junk in junks:
             with socket.create_connection(("127.0.0.1", fake.port), timeout=5) as s:
                 s.sendall(junk)
                 assert s.recv(100).startswith(b"HTTP/1.1 400")
