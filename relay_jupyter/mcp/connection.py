@@ -1,0 +1,315 @@
+"""One live connection to one MCP server (stdio or Streamable HTTP).
+
+A connection is owned by a supervisor task: the MCP SDK's transports hold anyio task groups
+that must be entered and left by the same task, so the task that opens the ``mcp.Client`` is
+also the one that closes it, while calls are made from any task.
+
+Limits (issue 4, item 4): a connect timeout, a per-call timeout, a per-message byte cap and an
+output cap with a truncation marker. A server that hangs, dies or floods gives one clear
+:class:`McpToolError` (code ``TOOL_ERROR``); the call is never retried, and the server is
+stopped (process group killed) so no process leaks. The next call starts it again.
+
+Protocol versions: ``2025-11-25`` (initialize handshake) and ``2026-07-28`` (discover); the
+SDK negotiates, and anything else is refused with a message naming the version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp_types import CONNECTION_CLOSED, Implementation
+
+from ..core.errors import Code, Refusal
+from .config import HttpServerConfig, ServerConfig, StdioServerConfig
+from .discovery import DEFAULT_MAX_OUTPUT_BYTES, MAX_LIST_PAGES, render_result
+from .http import HttpTransport
+from .stdio import DEFAULT_MAX_MESSAGE_BYTES, StdioTransport
+
+__all__ = ["McpConnection", "McpToolError", "SUPPORTED_PROTOCOL_VERSIONS"]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_PROTOCOL_VERSIONS = ("2025-11-25", "2026-07-28")
+_CLIENT_INFO = Implementation(name="relay-jupyter", version="0.1.0")
+# stderr lines that look like they carry a credential are masked before a user sees them.
+_SECRETISH = re.compile(
+    r"(?i)(token|secret|passw|api[_-]?key|authorization|bearer|sk-[a-z0-9]|ghp_|AKIA[0-9A-Z]{8})"
+)
+
+
+class McpToolError(Refusal):
+    """An MCP server could not be reached or failed a call (hang, exit, flood, protocol).
+
+    ``data`` = ``{"server": name, "reason": "connect" | "timeout" | "exited" | "flood" | "protocol"
+    | "version" | "closed"}``. Never carries a header, env value or stderr secret.
+    """
+
+    def __init__(self, server: str, reason: str, message: str) -> None:
+        super().__init__(Code.TOOL_ERROR, message, data={"server": server, "reason": reason})
+        self.server = server
+        self.reason = reason
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The single leaf of nested one-member exception groups (anyio wraps task-group failures)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _stderr_hint(transport: Any) -> str:
+    if not isinstance(transport, StdioTransport):
+        return ""
+    lines = [line.strip()[:200] for line in transport.stderr_tail().splitlines() if line.strip()][-4:]
+    lines = ["<line masked: looks like a secret>" if _SECRETISH.search(line) else line for line in lines]
+    return (" Its stderr ended with: " + " | ".join(lines)) if lines else ""
+
+
+class McpConnection:
+    """A supervised ``mcp.Client`` for one configured server."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        call_timeout: float = 60.0,
+        connect_timeout: float = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        shutdown_grace: float = 2.0,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.call_timeout = config.timeout or call_timeout
+        self.connect_timeout = connect_timeout
+        self.max_message_bytes = max_message_bytes
+        self.max_output_bytes = max_output_bytes
+        self.shutdown_grace = shutdown_grace
+        self.protocol_version: str | None = None
+        self.tools_changed = False
+        """Set when the server sends ``notifications/tools/list_changed``; the registry re-lists."""
+        self._transport: StdioTransport | HttpTransport | None = None
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._task is not None and not self._task.done()
+
+    @property
+    def pid(self) -> int | None:
+        """The stdio server's pid (None for HTTP or before start)."""
+        return self._transport.pid if isinstance(self._transport, StdioTransport) else None
+
+    def _make_transport(self) -> StdioTransport | HttpTransport:
+        if isinstance(self.config, StdioServerConfig):
+            return StdioTransport(
+                self.config, max_message_bytes=self.max_message_bytes, shutdown_grace=self.shutdown_grace
+            )
+        assert isinstance(self.config, HttpServerConfig)
+        return HttpTransport(
+            self.config, max_message_bytes=self.max_message_bytes, connect_timeout=self.connect_timeout
+        )
+
+    async def open(self) -> None:
+        """Start (stdio) or reach (HTTP) the server and negotiate. Raises :class:`McpToolError` (``connect``)."""
+        if self.connected:
+            return
+        self._transport = self._make_transport()
+        self._closing = asyncio.Event()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._supervise(self._transport, self._closing, ready),
+                                         name=f"mcp:{self.name}")
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await asyncio.shield(ready)
+        except TimeoutError:
+            await self.close(force=True)
+            raise McpToolError(
+                self.name, "connect",
+                f"MCP server {self.name!r} did not complete the MCP handshake within {self.connect_timeout:g} s"
+                + _stderr_hint(self._transport),
+            ) from None
+        except McpToolError:
+            await self.close(force=True)
+            raise
+        except BaseException as exc:
+            await self.close(force=True)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            inner = _unwrap(exc)
+            if isinstance(inner, McpToolError):
+                raise inner from None
+            raise McpToolError(self.name, "connect", self._connect_message(inner)) from None
+
+    def _connect_message(self, inner: BaseException) -> str:
+        if isinstance(inner, FileNotFoundError) and isinstance(self.config, StdioServerConfig):
+            return f"MCP server {self.name!r}: command not found: {self.config.command}"
+        if isinstance(inner, PermissionError) and isinstance(self.config, StdioServerConfig):
+            return f"MCP server {self.name!r}: permission denied running {self.config.command}"
+        if isinstance(self.config, HttpServerConfig):
+            what = type(inner).__name__
+            return f"MCP server {self.name!r} at {self.config.url} could not be reached ({what})"
+        return (
+            f"MCP server {self.name!r} failed to start or closed during the handshake ({type(inner).__name__})"
+            + _stderr_hint(self._transport)
+        )
+
+    async def _supervise(
+        self, transport: StdioTransport | HttpTransport, closing: asyncio.Event, ready: asyncio.Future[None]
+    ) -> None:
+        try:
+            async with Client(
+                transport,
+                mode="auto",
+                client_info=_CLIENT_INFO,
+                message_handler=self._on_message,
+                cache=None,
+            ) as client:
+                version = client.protocol_version
+                if version not in SUPPORTED_PROTOCOL_VERSIONS:
+                    raise McpToolError(
+                        self.name, "version",
+                        f"MCP server {self.name!r} speaks protocol {version}; relay supports "
+                        + " and ".join(SUPPORTED_PROTOCOL_VERSIONS),
+                    )
+                self.protocol_version = version
+                self._client = client
+                if not ready.done():
+                    ready.set_result(None)
+                await closing.wait()
+        except BaseException as exc:  # the opener gets it; a late failure only ends the connection
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            elif not isinstance(exc, (asyncio.CancelledError, Exception)):
+                raise
+            else:
+                logger.debug("MCP connection %r ended: %s", self.name, type(exc).__name__)
+        finally:
+            self._client = None
+
+    async def _on_message(self, message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self.tools_changed = True
+        await anyio.lowlevel.checkpoint()
+
+    async def close(self, *, force: bool = False) -> None:
+        """Close the session and stop the server; with ``force`` the process group is killed first."""
+        task, transport = self._task, self._transport
+        if task is None:
+            return
+        if force and isinstance(transport, StdioTransport):
+            transport.kill()
+        if self._closing is not None:
+            self._closing.set()
+        try:
+            # Bounded: the transport's own shutdown is bounded (grace + kill); this is a backstop.
+            async with asyncio.timeout(self.shutdown_grace + 10.0):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            logger.warning("MCP connection %r did not close in time; cancelled", self.name)
+        except BaseException:  # noqa: BLE001 - failures were reported through `ready` already
+            pass
+        self._client = None
+        self._task = None
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _require(self) -> Client:
+        if self._client is None:
+            raise McpToolError(self.name, "closed", f"MCP server {self.name!r} is not connected")
+        return self._client
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Every listed tool, following pagination up to ``MAX_LIST_PAGES`` pages, within the call timeout."""
+        client = self._require()
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                for _ in range(MAX_LIST_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except TimeoutError:
+            await self.close(force=True)
+            raise McpToolError(
+                self.name, "timeout", f"MCP server {self.name!r} did not list its tools within {self.call_timeout:g} s"
+            ) from None
+        except MCPError as exc:
+            raise await self._failure(exc, "tools/list") from None
+        self.tools_changed = False
+        return tools
+
+    async def call_tool(self, remote_name: str, arguments: dict[str, Any], *, timeout: float | None = None
+                        ) -> dict[str, Any]:
+        """Call one tool: ``{"content", "is_error", "structured", "truncated"}``. Never retried.
+
+        Raises :class:`McpToolError` when the server hangs past the timeout, exits, floods or
+        breaks the protocol; the server is then stopped (it restarts on the next call).
+        """
+        client = self._require()
+        limit = timeout or self.call_timeout
+        try:
+            async with asyncio.timeout(limit):
+                result = await client.call_tool(remote_name, arguments)
+        except TimeoutError:
+            flooded = self._flooded()
+            await self.close(force=True)
+            if flooded:
+                raise self._flood_error() from None
+            raise McpToolError(
+                self.name, "timeout",
+                f"MCP tool {self.name}__{remote_name} did not answer within {limit:g} s; the call was abandoned "
+                "and the server stopped (the action may still have happened). It is not retried.",
+            ) from None
+        except MCPError as exc:
+            raise await self._failure(exc, remote_name) from None
+        except (ValueError, TypeError) as exc:  # pydantic: a result that breaks the negotiated protocol
+            raise McpToolError(
+                self.name, "protocol", f"MCP server {self.name!r} sent a malformed result ({type(exc).__name__})"
+            ) from None
+        if self._flooded():
+            await self.close(force=True)
+            raise self._flood_error()
+        return render_result(result, self.max_output_bytes)
+
+    def _flooded(self) -> bool:
+        return bool(self._transport is not None and self._transport.flooded)
+
+    def _flood_error(self) -> McpToolError:
+        return McpToolError(
+            self.name, "flood",
+            f"MCP server {self.name!r} sent a message larger than {self.max_message_bytes} bytes; "
+            "the call failed and the server was stopped",
+        )
+
+    async def _failure(self, exc: MCPError, what: str) -> McpToolError:
+        if exc.code != CONNECTION_CLOSED:
+            # A JSON-RPC error from the server: a tool-level failure, the connection stays up.
+            return McpToolError(self.name, "protocol", f"MCP server {self.name!r} refused {what}: {exc.message[:300]}")
+        flooded = self._flooded()
+        transport = self._transport
+        await self.close(force=True)
+        if flooded:
+            return self._flood_error()
+        code = transport.returncode if isinstance(transport, StdioTransport) else None
+        exited = f" (exit code {code})" if code is not None else ""
+        return McpToolError(
+            self.name, "exited",
+            f"MCP server {self.name!r} closed the connection during {what}{exited}; the call failed and is "
+            "not retried" + _stderr_hint(transport),
+        )

@@ -1,0 +1,150 @@
+"""Endpoint policy for MCP servers reached over HTTP (seed 002, endpoint-policy).
+
+- The scheme is ``https`` (any host) or ``http`` to a loopback host only: ``localhost``,
+  an IPv4 address in 127.0.0.0/8, or ``[::1]``. Anything else (``http://evil.com``,
+  ``ftp://``, ``http://0.0.0.0``, ``http://127.0.0.1.evil.com``) is refused.
+- No credentials in the URL: userinfo (``https://user:pw@host``) and token-ish query
+  parameters (``?token=``, ``?api_key=`` ...) are refused. Tokens go in headers.
+- Headers are bounded; a header cannot replace a header the transport manages
+  (``Mcp-Session-Id``, ``Content-Type`` ...); header *values* are never logged or
+  shown: :func:`describe_headers` prints names only.
+
+Refusals are :class:`~relay_jupyter.core.errors.ConfigRefusal` with code
+``ENDPOINT_REFUSED`` and a one-line message a user can act on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from urllib.parse import parse_qsl, urlsplit
+
+from ..core.errors import Code, ConfigRefusal
+
+__all__ = [
+    "check_endpoint",
+    "check_headers",
+    "is_loopback_host",
+    "describe_headers",
+    "MAX_URL_LENGTH",
+    "MAX_HEADERS",
+    "MAX_HEADER_VALUE",
+]
+
+MAX_URL_LENGTH = 2048
+MAX_HEADERS = 32
+MAX_HEADER_VALUE = 8192
+
+# Query parameter names that carry credentials. Compared after lower-casing and
+# dropping '-' and '_', so "api-key", "API_KEY" and "apikey" are one name.
+_SECRET_PARAMS = frozenset(
+    {
+        "token", "accesstoken", "refreshtoken", "idtoken", "authtoken", "bearer",
+        "apikey", "key", "secret", "clientsecret", "password", "passwd", "pwd",
+        "auth", "authorization", "credential", "credentials", "session", "sessionid",
+        "sig", "signature", "xamzsignature", "xamzcredential", "xamzsecuritytoken", "code",
+    }
+)
+# Substrings that make any parameter name token-ish ("github_token", "my_api_key").
+_SECRET_PARAM_PARTS = ("token", "secret", "password", "apikey", "credential", "signature")
+
+# Headers the MCP transport sets itself; a config header must not replace them.
+_MANAGED_HEADERS = frozenset(
+    {
+        "host", "content-length", "content-type", "accept", "transfer-encoding", "connection",
+        "mcp-session-id", "mcp-protocol-version", "last-event-id", "upgrade", "te", "trailer",
+    }
+)
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+
+
+def _refuse(message: str) -> ConfigRefusal:
+    return ConfigRefusal(Code.ENDPOINT_REFUSED, message)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ``::1``; hostnames are not resolved (no DNS games)."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _param_is_secret(name: str) -> bool:
+    folded = name.lower().replace("-", "").replace("_", "")
+    return folded in _SECRET_PARAMS or any(part in folded for part in _SECRET_PARAM_PARTS)
+
+
+def check_endpoint(url: str) -> str:
+    """Return ``url`` unchanged when the policy allows it; raise ``ConfigRefusal(ENDPOINT_REFUSED)`` otherwise.
+
+    The message never repeats a credential found in the URL.
+    """
+    if not isinstance(url, str) or not url:
+        raise _refuse("the MCP server URL is empty")
+    if len(url) > MAX_URL_LENGTH:
+        raise _refuse(f"the MCP server URL is longer than {MAX_URL_LENGTH} characters")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise _refuse("the MCP server URL contains whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError on a bad port
+    except ValueError:
+        raise _refuse("the MCP server URL is not a valid URL") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise _refuse(f"MCP server URLs must use https (or http to localhost); got scheme {scheme or '(none)'!r}")
+    if "@" in parts.netloc or parts.username is not None or parts.password is not None:
+        raise _refuse("credentials in the MCP server URL are refused; put the token in a header instead")
+    host = parts.hostname or ""
+    if not host:
+        raise _refuse("the MCP server URL has no host")
+    if scheme == "http" and not is_loopback_host(host):
+        raise _refuse(
+            f"plain http is allowed only to loopback (localhost, 127.0.0.1, ::1); use https for {host}"
+            + (f":{port}" if port else "")
+        )
+    for name, _value in parse_qsl(parts.query, keep_blank_values=True):
+        if _param_is_secret(name):
+            raise _refuse(
+                f"the MCP server URL carries a credential in its query (parameter {name!r}); "
+                "put the token in a header instead"
+            )
+    return url
+
+
+def check_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Validate configured HTTP headers and return a plain copy. Values are never part of a message."""
+    if len(headers) > MAX_HEADERS:
+        raise _refuse(f"at most {MAX_HEADERS} headers may be configured for an MCP server")
+    seen: set[str] = set()
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            raise _refuse(f"invalid HTTP header name {name!r}")
+        lowered = name.lower()
+        if lowered in _MANAGED_HEADERS:
+            raise _refuse(f"header {name!r} is managed by the MCP transport and cannot be configured")
+        if lowered in seen:
+            raise _refuse(f"header {name!r} is configured twice")
+        seen.add(lowered)
+        if not isinstance(value, str):
+            raise _refuse(f"the value of header {name!r} must be a string")
+        if len(value) > MAX_HEADER_VALUE:
+            raise _refuse(f"the value of header {name!r} is longer than {MAX_HEADER_VALUE} characters")
+        if any(ch in value for ch in "\r\n\0"):
+            raise _refuse(f"the value of header {name!r} contains a line break or NUL")
+        out[name] = value
+    return out
+
+
+def describe_headers(headers: Mapping[str, str]) -> str:
+    """Header names only, for messages and logs: ``Authorization: <hidden>, X-Team: <hidden>``."""
+    return ", ".join(f"{name}: <hidden>" for name in headers) or "(none)"

@@ -1,0 +1,261 @@
+"""The MCP registry: the user's MCP servers, their tools, classified, callable through the gate.
+
+``McpRegistry(config, pins_store)`` connects every enabled server of ``mcp.json`` at
+``start()``, lists and bounds their tools (``discovery``), and exposes them as
+:class:`~relay_jupyter.core.types.ToolSpec` named ``server__tool``. Each spec's class is
+computed on every ``specs()`` call: ``write`` unless a pin whose digest still matches says
+otherwise, then made stricter (never looser) by the tool's MCP annotations
+(``core.classify.classify``). The registry never decides whether a call may run: the gate does.
+
+A server that fails to start is reported in :meth:`McpRegistry.status` and tried again on the
+next call to one of its tools. A server that hangs, dies or floods during a call is stopped;
+the call fails with :class:`McpToolError` (no retry) and the next call starts it again. If the
+server's tool changed meanwhile (a new digest), that call is refused with ``DIGEST_MISMATCH``:
+the consent given was for the old tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.classify import classify
+from ..core.errors import Code, RoutingRefusal
+from ..core.types import ToolClass, ToolSpec
+from .config import McpConfig, ServerConfig, StdioServerConfig
+from .connection import McpConnection, McpToolError
+from .discovery import DEFAULT_MAX_OUTPUT_BYTES, DiscoveredTool, convert_tools, split_name
+from .pins import PinBook, PinStore
+from .stdio import DEFAULT_MAX_MESSAGE_BYTES
+
+__all__ = ["McpRegistry", "ServerStatus"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerStatus:
+    """What the registry knows about one configured server (shown by ``jupyter relay tools list``)."""
+
+    name: str
+    transport: str
+    source: str
+    state: str
+    """``connected`` | ``failed`` | ``stopped`` | ``disabled`` | ``invalid``."""
+    error: str | None = None
+    protocol_version: str | None = None
+    tools: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Server:
+    config: ServerConfig
+    connection: McpConnection
+    tools: dict[str, DiscoveredTool] = field(default_factory=dict)
+    error: str | None = None
+    problems: list[str] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class McpRegistry:
+    """The broker's MCP tools. Use ``await start()`` / ``await stop()`` (or ``async with``)."""
+
+    def __init__(
+        self,
+        config: McpConfig,
+        pins_store: PinStore | None = None,
+        *,
+        call_timeout: float = 60.0,
+        connect_timeout: float = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        shutdown_grace: float = 2.0,
+    ) -> None:
+        self.config = config
+        self.pins = PinBook(pins_store) if pins_store is not None else None
+        self._servers: dict[str, _Server] = {
+            name: _Server(
+                config=cfg,
+                connection=McpConnection(
+                    cfg,
+                    call_timeout=call_timeout,
+                    connect_timeout=connect_timeout,
+                    max_message_bytes=max_message_bytes,
+                    max_output_bytes=max_output_bytes,
+                    shutdown_grace=shutdown_grace,
+                ),
+            )
+            for name, cfg in config.servers.items()
+        }
+        self._started = False
+
+    async def __aenter__(self) -> McpRegistry:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect every enabled server concurrently and list its tools. Failures are recorded, not raised."""
+        self._started = True
+        await asyncio.gather(*(self._connect(server) for server in self._servers.values()))
+
+    async def stop(self) -> None:
+        """Close every connection and stop every server process."""
+        self._started = False
+        await asyncio.gather(*(server.connection.close() for server in self._servers.values()))
+
+    async def _connect(self, server: _Server) -> bool:
+        """(Re)connect ``server`` and refresh its tools; record the error on failure."""
+        async with server.lock:
+            if server.connection.connected and not server.connection.tools_changed:
+                return True
+            try:
+                await server.connection.open()
+                listed = await server.connection.list_tools()
+            except McpToolError as exc:
+                server.error = exc.message
+                server.tools = {}
+                await server.connection.close(force=True)
+                logger.warning("MCP server %r unavailable: %s", server.config.name, exc.message)
+                return False
+            found, problems = convert_tools(server.config.name, server.config.source, listed)
+            server.tools = {tool.spec.name: tool for tool in found}
+            server.problems = problems
+            server.error = None
+            return True
+
+    async def refresh(self, server: str | None = None) -> None:
+        """Re-list the tools of one server (or all): after ``tools/list_changed`` or a config reload."""
+        names = [server] if server is not None else list(self._servers)
+        for name in names:
+            if name in self._servers:
+                self._servers[name].connection.tools_changed = True
+                await self._connect(self._servers[name])
+
+    # -- catalogue -------------------------------------------------------------------------
+
+    def _classified(self, spec: ToolSpec) -> ToolSpec:
+        pinned = self.pins.resolve(spec) if self.pins is not None else None
+        pins = {spec.name: pinned} if pinned is not None else {}
+        tool_class = classify(spec.name, pins=pins, hints=spec.hints)
+        # parallel_safe only for tools that end up read: a write never runs alongside another call.
+        return spec.model_copy(update={"tool_class": tool_class, "parallel_safe": tool_class == ToolClass.READ})
+
+    def specs(self) -> list[ToolSpec]:
+        """Every discovered tool, classified now (pins are looked up on each call)."""
+        return [self._classified(tool.spec) for server in self._servers.values() for tool in server.tools.values()]
+
+    def spec(self, name: str) -> ToolSpec | None:
+        """The classified spec of ``name``, or None if no connected server offers it."""
+        found = self._lookup(name)
+        return self._classified(found[1].spec) if found is not None else None
+
+    def _lookup(self, name: str) -> tuple[_Server, DiscoveredTool] | None:
+        parts = split_name(name)
+        if parts is None or parts[0] not in self._servers:
+            return None
+        server = self._servers[parts[0]]
+        tool = server.tools.get(name)
+        return (server, tool) if tool is not None else None
+
+    def status(self) -> list[ServerStatus]:
+        """One entry per configured server, including disabled and invalid ones."""
+        out: list[ServerStatus] = []
+        for name, server in self._servers.items():
+            cfg = server.config
+            conn = server.connection
+            if conn.connected:
+                state = "connected"
+            elif server.error is not None:
+                state = "failed"
+            else:
+                state = "stopped"
+            out.append(
+                ServerStatus(
+                    name=name,
+                    transport="stdio" if isinstance(cfg, StdioServerConfig) else "http",
+                    source=cfg.source,
+                    state=state,
+                    error=server.error,
+                    protocol_version=conn.protocol_version,
+                    tools=len(server.tools),
+                    problems=list(server.problems),
+                )
+            )
+        for name in self.config.disabled:
+            out.append(ServerStatus(name=name, transport="", source="", state="disabled"))
+        for name, message in self.config.problems.items():
+            if name:
+                out.append(ServerStatus(name=name, transport="", source="", state="invalid", error=message))
+        return out
+
+    # -- pins ------------------------------------------------------------------------------
+
+    def pin(self, name: str, tool_class: ToolClass | str) -> ToolSpec:
+        """Pin a discovered tool at its current digest; returns the re-classified spec."""
+        found = self._require_pins_and_tool(name)
+        self.pins.pin(found.spec, tool_class)  # type: ignore[union-attr]
+        return self._classified(found.spec)
+
+    def unpin(self, name: str) -> bool:
+        """Remove the pin of ``name`` (discovered or not)."""
+        if self.pins is None:
+            raise RoutingRefusal(Code.NOT_FOUND, "no pin store is configured")
+        return self.pins.unpin(name)
+
+    def _require_pins_and_tool(self, name: str) -> DiscoveredTool:
+        if self.pins is None:
+            raise RoutingRefusal(Code.NOT_FOUND, "no pin store is configured")
+        found = self._lookup(name)
+        if found is None:
+            raise RoutingRefusal(Code.UNKNOWN_TOOL, f"no connected MCP server offers a tool named {name!r}")
+        return found[1]
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        expected_digest: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Call ``server__tool``: ``{"content": str, "is_error": bool, "structured": Any, "truncated": bool}``.
+
+        ``expected_digest`` (the digest of the spec the gate approved; defaults to the digest known
+        when the call starts) is re-checked after any reconnect or re-list: a changed tool is refused
+        with ``DIGEST_MISMATCH`` rather than run under a consent given for something else.
+
+        Raises:
+            RoutingRefusal: ``UNKNOWN_TOOL`` or ``DIGEST_MISMATCH``.
+            McpToolError: the server could not be reached, hung, exited or flooded (``TOOL_ERROR``).
+        """
+        parts = split_name(name)
+        if parts is None or parts[0] not in self._servers:
+            raise RoutingRefusal(Code.UNKNOWN_TOOL, f"no MCP server offers a tool named {name!r}")
+        server = self._servers[parts[0]]
+        known = server.tools.get(name)
+        digest = expected_digest or (known.spec.digest if known is not None else None)
+        if not server.connection.connected or server.connection.tools_changed:
+            if not await self._connect(server):
+                raise McpToolError(server.config.name, "connect", server.error or "MCP server unavailable")
+        current = server.tools.get(name)
+        if current is None:
+            raise RoutingRefusal(Code.UNKNOWN_TOOL, f"MCP server {parts[0]!r} no longer offers {name!r}")
+        if digest is not None and current.spec.digest != digest:
+            raise RoutingRefusal(
+                Code.DIGEST_MISMATCH,
+                f"MCP tool {name} changed (description, schema or server) since it was approved; ask again",
+            )
+        return await server.connection.call_tool(current.remote_name, arguments, timeout=timeout)
