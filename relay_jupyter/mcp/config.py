@@ -275,9 +275,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> McpConfig:
         return McpConfig(path=shown)
     except OSError as exc:
         return McpConfig(problems={"": f"cannot read {shown}: {exc.strerror}"}, path=shown)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return McpConfig(problems={"": f"{shown} is not a regular file"}, path=shown)
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return McpConfig(problems={"": f"{shown} is not a regular file"}, path=shown)
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         return McpConfig(problems={"": f"{shown} is larger than {MAX_CONFIG_BYTES} bytes"}, path=shown)
