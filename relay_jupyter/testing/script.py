@@ -98,7 +98,8 @@ class Usage:
 class Reply:
     """One scripted model reply.
 
-    ``Reply(text("hi"), tool_use("echo", {"text": "x"}))``; a plain ``str`` becomes a text block.
+    ``Reply(text("hi"), tool_use("echo", {"text": "x"}))`` or ``Reply([text("hi"), ...])``; a plain
+    ``str`` becomes a text block.
 
     Args:
         blocks: the content blocks, in order.
@@ -123,8 +124,10 @@ class Reply:
     chunk_tokens: int = 3
     model: str | None = None
 
-    def __init__(self, *blocks: Block | str, **options: Any) -> None:
-        converted = tuple(TextBlock(b) if isinstance(b, str) else b for b in blocks)
+    def __init__(self, *blocks: Block | str | list[Block | str], **options: Any) -> None:
+        # Reply(text("a"), tool_use(...)) and Reply([text("a"), tool_use(...)]) are both accepted
+        flat = [b for arg in blocks for b in (arg if isinstance(arg, (list, tuple)) else (arg,))]
+        converted = tuple(TextBlock(b) if isinstance(b, str) else b for b in flat)
         for b in converted:
             if not isinstance(b, (TextBlock, ToolUseBlock)):
                 raise TypeError(f"Reply() takes text()/tool_use() blocks or str, got {type(b).__name__}")
