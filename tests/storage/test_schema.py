@@ -1,0 +1,126 @@
+"""Versioned schema: a v1 file migrates; a newer file is refused; a failed step keeps the old version."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from relay_jupyter.core.types import Grant
+from relay_jupyter.storage import SCHEMA_VERSION, SchemaError, Store
+from relay_jupyter.storage.schema import MIGRATIONS, V1_SQL, migrate, schema_version
+
+
+def _make_v1(path: Path) -> None:
+    """A database file as the first release wrote it, with some data in it."""
+    conn = sqlite3.connect(path)
+    conn.executescript(V1_SQL)
+    conn.execute("PRAGMA user_version = 1")
+    grant = Grant(origin="o", tools=frozenset({"t"}), consent_id="c")
+    conn.execute("INSERT INTO grants VALUES (?, ?, 0)", ("o", grant.model_dump_json()))
+    conn.execute("INSERT INTO events (ts, type, origin, run_id, body) VALUES "
+                 "(1.0, 't', NULL, NULL, '{\"ts\":1.0,\"type\":\"t\",\"origin\":null,\"run_id\":null,\"data\":{\"v\":1}}')")
+    conn.execute("INSERT INTO runs (run_id, origin, conversation, state, started_at) VALUES ('r', 'o', 'c', 'running', 0)")
+    conn.commit()
+    conn.close()
+
+
+def test_versions_are_increasing_from_one() -> None:
+    versions = [v for v, _ in MIGRATIONS]
+    assert versions == list(range(1, len(versions) + 1))
+    assert SCHEMA_VERSION == versions[-1] >= 2
+
+
+def test_new_file_gets_the_current_version(store: Store) -> None:
+    with store.snapshot() as conn:
+        assert schema_version(conn) == SCHEMA_VERSION
+
+
+def test_v1_file_migrates_and_keeps_its_data(db_path: Path) -> None:
+    _make_v1(db_path)
+    with Store.open(db_path) as s:
+        with s.snapshot() as conn:
+            assert schema_version(conn) == SCHEMA_VERSION
+        assert s.get_grant("o").tools == frozenset({"t"})
+        assert [e.data for e in s.events_since(0)] == [{"v": 1}]
+        assert s.mark_interrupted() == ["r"]
+        # tables of version 2 work
+        s.add_trust("o", "t", "d")
+        s.put_pin("srv__t", "d", "read")
+        s.save_conversation("c", "o", "", [], {})
+        assert s.has_trust("o", "t", "d") and s.get_pin("srv__t") and s.load_conversation("c")
+        assert s.append_event("t", {}).id == 2
+
+
+def test_newer_file_is_refused_with_a_clear_error(db_path: Path) -> None:
+    Store.open(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(SchemaError) as info:
+        Store.open(db_path)
+    assert "newer relay-jupyter" in info.value.message
+    assert info.value.data == {"found": SCHEMA_VERSION + 1, "supported": SCHEMA_VERSION}
+
+
+def test_failed_step_leaves_the_previous_version(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    steps = [(1, "CREATE TABLE a (x INTEGER);"), (2, "CREATE TABLE b (x INTEGER);\nCREATE TABLE a (y INTEGER);")]
+    with pytest.raises(SchemaError, match="version 2"):
+        migrate(conn, steps)
+    assert schema_version(conn) == 1
+    # table b of the failed step was rolled back with it
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'b'").fetchone() is None
+    conn.close()
+
+
+def test_callable_steps(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+
+    def step2(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO a VALUES (42)")
+
+    assert migrate(conn, [(1, "CREATE TABLE a (x INTEGER);"), (2, step2)]) == 2
+    assert conn.execute("SELECT x FROM a").fetchall() == [(42,)]
+    assert migrate(conn, [(1, "CREATE TABLE a (x INTEGER);"), (2, step2)]) == 2  # idempotent
+    assert conn.execute("SELECT x FROM a").fetchall() == [(42,)]
+    conn.close()
+
+
+def test_foreign_tables_in_the_same_file_are_left_alone(db_path: Path) -> None:
+    """storage/checkpoints.py keeps its own tables in relay.db (CREATE TABLE IF NOT EXISTS)."""
+    with Store.open(db_path) as s:
+        with s.transaction() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS checkpoints_test (id INTEGER PRIMARY KEY, v TEXT)")
+            conn.execute("INSERT INTO checkpoints_test (v) VALUES ('kept')")
+    other = sqlite3.connect(db_path)  # a second connection, as another module would open
+    other.execute("CREATE TABLE IF NOT EXISTS checkpoints_test (id INTEGER PRIMARY KEY, v TEXT)")
+    other.close()
+    with Store.open(db_path) as s:
+        with s.snapshot() as conn:
+            assert conn.execute("SELECT v FROM checkpoints_test").fetchall() == [("kept",)]
+
+
+def test_concurrent_first_opens_migrate_once(db_path: Path) -> None:
+    errors: list[BaseException] = []
+    stores: list[Store] = []
+
+    def opener() -> None:
+        try:
+            stores.append(Store.open(db_path))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert len({s.append_event("t", {}).id for s in stores}) == 4
+    finally:
+        for s in stores:
+            s.close()
