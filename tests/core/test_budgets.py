@@ -1,0 +1,223 @@
+"""Budgets: rate bucket, reserve/settle under concurrency, per-run caps, the ledger never under-counts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from core_support import FakeClock
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from relay_jupyter.core.budgets import BudgetLedger, RunBudget, TokenBucket, utc_day
+from relay_jupyter.core.errors import Code, GateRefusal
+from relay_jupyter.core.memory import MemoryLedger
+from relay_jupyter.core.types import Budget, Grant
+
+HYPO = settings(deadline=None, max_examples=30,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def grant(**budget) -> Grant:
+    return Grant(origin="nb", tools=frozenset({"*"}), models=frozenset({"*"}), consent_id="c",
+                 budget=Budget(**{"requests_per_minute": None, **budget}))
+
+
+def test_token_bucket_refills_at_rate():
+    mono = FakeClock(0.0)
+    b = TokenBucket(6, clock=mono)  # one every 10 s, burst 6
+    assert all(b.try_take() for _ in range(6)) and not b.try_take()
+    assert b.retry_after() == pytest.approx(10.0)
+    mono.advance(10)
+    assert b.try_take() and not b.try_take()
+    mono.advance(1000)
+    assert b.available() == 6  # capped at capacity
+    with pytest.raises(ValueError):
+        TokenBucket(0)
+
+
+def test_take_request_refuses_past_the_rate():
+    mono = FakeClock(0.0)
+    led = BudgetLedger(MemoryLedger(), monotonic=mono)
+    g = grant(requests_per_minute=2)
+    led.take_request("nb", g)
+    led.take_request("nb", g)
+    with pytest.raises(GateRefusal) as ei:
+        led.take_request("nb", g)
+    assert ei.value.code is Code.BUDGET_EXCEEDED and ei.value.data["limit"] == "requests_per_minute"
+    led.take_request("other", g)  # buckets are per origin
+    mono.advance(30)
+    led.take_request("nb", g)
+
+
+def test_narrowed_rate_does_not_refill_the_bucket():
+    mono = FakeClock(0.0)
+    led = BudgetLedger(MemoryLedger(), monotonic=mono)
+    for _ in range(10):
+        led.take_request("nb", grant(requests_per_minute=10))
+    with pytest.raises(GateRefusal):
+        led.take_request("nb", grant(requests_per_minute=5))
+
+
+def test_reserve_settle_release():
+    clock = FakeClock()
+    port = MemoryLedger()
+    led = BudgetLedger(port, clock=clock)
+    g = grant(tokens_per_day=100, cost_per_day_usd=1.0)
+    r1 = led.reserve("nb", g, tokens=60, cost_usd=0.1)
+    with pytest.raises(GateRefusal) as ei:
+        led.reserve("nb", g, tokens=41, cost_usd=0.1)  # 60 held + 41 > 100
+    assert ei.value.data["limit"] == "tokens_per_day"
+    r1.release()
+    r2 = led.reserve("nb", g, tokens=100, cost_usd=0.1)
+    r2.settle(120, 0.2)  # actual above the estimate: committed in full
+    r2.settle(1, 1.0)  # idempotent
+    r2.release()
+    assert port.usage("nb", utc_day(clock())) == (120, 0.2)
+    u = led.usage("nb", g)
+    assert (u["tokens"], u["reserved_tokens"], u["tokens_limit"], u["cost_limit"]) == (120, 0, 100, 1.0)
+    with pytest.raises(GateRefusal):
+        led.reserve("nb", g, tokens=0, cost_usd=0.0)  # already over: 120 + 0 > 100
+    with pytest.raises(GateRefusal) as ei:
+        led.reserve("nb", grant(cost_per_day_usd=0.25), tokens=1, cost_usd=0.06)
+    assert ei.value.data["limit"] == "cost_per_day_usd"
+
+
+def test_day_rolls_over_at_utc_midnight():
+    clock = FakeClock(1_800_057_599.0)  # 23:59:59 UTC
+    led = BudgetLedger(MemoryLedger(), clock=clock)
+    g = grant(tokens_per_day=10)
+    led.reserve("nb", g, tokens=10, cost_usd=0).settle(10, 0)
+    with pytest.raises(GateRefusal):
+        led.reserve("nb", g, tokens=1, cost_usd=0)
+    clock.advance(1)
+    led.reserve("nb", g, tokens=10, cost_usd=0)
+
+
+def test_settle_failure_keeps_the_hold():
+    class Broken(MemoryLedger):
+        def add_usage(self, *a):
+            raise OSError("disk full")
+
+    led = BudgetLedger(Broken())
+    g = grant(tokens_per_day=10)
+    r = led.reserve("nb", g, tokens=10, cost_usd=0)
+    with pytest.raises(OSError):
+        r.settle(5, 0)
+    assert not r.done
+    with pytest.raises(GateRefusal):  # the spend is still counted as in flight
+        led.reserve("nb", g, tokens=1, cost_usd=0)
+
+
+@pytest.mark.parametrize("tokens, cost", [(-1, 0.0), (1, -0.1), (1.5, 0.0), (True, 0.0), (1, float("nan")),
+                                          (1, float("inf")), (1, "1")])
+def test_bad_amounts(tokens, cost):
+    led = BudgetLedger(MemoryLedger())
+    with pytest.raises(ValueError):
+        led.reserve("nb", grant(), tokens=tokens, cost_usd=cost)
+    r = led.reserve("nb", grant(), tokens=0, cost_usd=0.0)
+    with pytest.raises(ValueError):
+        r.settle(tokens, cost)
+
+
+def test_run_budget_caps():
+    rb = RunBudget(max_steps=2, max_tokens=100)
+    rb.step()
+    rb.step()
+    with pytest.raises(GateRefusal) as ei:
+        rb.step()
+    assert ei.value.data["limit"] == "max_steps_per_run" and rb.steps == 2
+    rb.check_tokens(100)
+    with pytest.raises(GateRefusal):
+        rb.check_tokens(101)
+    rb.add_tokens(150)  # actuals always count
+    assert rb.tokens == 150
+    with pytest.raises(GateRefusal):
+        rb.check_tokens()
+    with pytest.raises(ValueError):
+        rb.add_tokens(-1)
+    free = RunBudget(None, None)
+    for _ in range(1000):
+        free.step()
+    free.check_tokens(10**12)
+
+
+# ---- Hypothesis: 50 parallel reservations never overspend; the ledger never under-counts ----------
+
+work = st.lists(st.tuples(st.integers(0, 400), st.integers(0, 400), st.booleans()), min_size=50, max_size=50)
+
+
+def _limits_hold(port: MemoryLedger, day: str, g: Grant, settled: list[tuple[int, float]], led, over: bool) -> None:
+    tokens, cost = port.usage("nb", day)
+    # never under-counts: the ledger holds exactly the sum of the settled actuals
+    assert tokens == sum(t for t, _ in settled)
+    assert cost == pytest.approx(sum(c for _, c in settled))
+    if not over:  # when actuals never exceed estimates, the limits are never passed
+        assert tokens <= g.budget.tokens_per_day
+        assert cost <= g.budget.cost_per_day_usd + 1e-9
+    assert led.usage("nb", g)["reserved_tokens"] == 0
+
+
+@HYPO
+@given(items=work, limit=st.integers(0, 6000), over=st.booleans())
+def test_property_threads_never_overspend(items, limit, over):
+    clock = FakeClock()
+    port = MemoryLedger()
+    led = BudgetLedger(port, clock=clock)
+    g = grant(tokens_per_day=limit, cost_per_day_usd=limit / 1000)
+    settled: list[tuple[int, float]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(items))
+
+    def one(est: int, actual: int, send: bool) -> None:
+        barrier.wait()
+        try:
+            r = led.reserve("nb", g, tokens=est, cost_usd=est / 1000)
+        except GateRefusal:
+            return
+        if not send:
+            r.release()
+            return
+        used = actual if over else min(actual, est)
+        r.settle(used, used / 1000)
+        with lock:
+            settled.append((used, used / 1000))
+
+    threads = [threading.Thread(target=one, args=it) for it in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _limits_hold(port, utc_day(clock()), g, settled, led, over)
+
+
+@HYPO
+@given(items=work, limit=st.integers(0, 6000), over=st.booleans())
+def test_property_asyncio_tasks_never_overspend(items, limit, over):
+    clock = FakeClock()
+    port = MemoryLedger()
+    led = BudgetLedger(port, clock=clock)
+    g = grant(tokens_per_day=limit, cost_per_day_usd=limit / 1000)
+    settled: list[tuple[int, float]] = []
+
+    async def one(est: int, actual: int, send: bool) -> None:
+        await asyncio.sleep(0)
+        try:
+            r = led.reserve("nb", g, tokens=est, cost_usd=est / 1000)
+        except GateRefusal:
+            return
+        await asyncio.sleep(0)  # the "request" is in flight while others reserve
+        if not send:
+            r.release()
+            return
+        used = actual if over else min(actual, est)
+        r.settle(used, used / 1000)
+        settled.append((used, used / 1000))
+
+    async def main() -> None:
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(one(*it) for it in items))
+
+    asyncio.run(main())
+    _limits_hold(port, utc_day(clock()), g, settled, led, over)
