@@ -37,6 +37,7 @@ class Method:
     # workspace
     CHECKPOINTS_LIST = "checkpoints.list"
     CHECKPOINTS_REVERT = "checkpoints.revert"
+    WORKSPACE_DIFF = "workspace.diff"    # {conversation, path} -> {diff} workspace file vs its target (relay.diff)
     # trust
     TRUST_LIST = "trust.list"
     TRUST_REVOKE = "trust.revoke"

@@ -1,0 +1,114 @@
+"""Finding the broker from inside a kernel (DESIGN.md §6).
+
+In order:
+
+1. ``RELAY_URL`` + ``RELAY_KERNEL_CREDENTIAL``: the kernel was started by a relay-enabled Jupyter
+   server; authenticate as ``Authorization: RelayKernel <cred>``.
+2. ``RELAY_URL`` alone: a standalone daemon. ``unix://`` needs no header (the daemon checks the
+   peer's uid); ``http://`` sends ``Authorization: Bearer <token>`` with the token from
+   ``RELAY_TOKEN`` or the 0600 file ``<jupyter data dir>/relay/daemon_token``.
+3. Nothing set: the user's shared daemon on ``unix://<jupyter runtime dir>/relay/relay.sock``;
+   if no daemon answers there, start one detached (``jupyter relay serve --listen unix://...
+   --idle-timeout 600``) and wait briefly for its socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .client import Endpoint
+from .errors import BrokerUnreachable
+
+__all__ = ["discover", "default_socket_path", "daemon_command", "DAEMON_IDLE_TIMEOUT"]
+
+DAEMON_IDLE_TIMEOUT = 600
+
+
+def default_socket_path() -> Path:
+    """``<jupyter runtime dir>/relay/relay.sock`` (``JUPYTER_RUNTIME_DIR`` moves it)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir()) / "relay" / "relay.sock"
+
+
+def _daemon_token() -> str | None:
+    token = os.environ.get("RELAY_TOKEN")
+    if token:
+        return token.strip()
+    from jupyter_core.paths import jupyter_data_dir
+
+    path = Path(jupyter_data_dir()) / "relay" / "daemon_token"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def daemon_command(socket_path: Path) -> list[str]:
+    """The command that starts the user's shared daemon (``jupyter relay serve``), run with this Python."""
+    return [sys.executable, "-m", "relay_jupyter.cli", "serve", "--listen", f"unix://{socket_path}",
+            "--idle-timeout", str(DAEMON_IDLE_TIMEOUT)]
+
+
+def _socket_answers(path: Path) -> bool:
+    if not path.exists():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(0.5)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+async def _start_daemon(path: Path, wait: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    log = path.parent / "daemon.log"
+    with open(log, "ab") as sink:
+        # detached: own session, so it outlives this kernel and is shared by the user's kernels
+        process = subprocess.Popen(daemon_command(path), stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                   start_new_session=True, close_fds=True)
+    deadline = asyncio.get_running_loop().time() + wait
+    while asyncio.get_running_loop().time() < deadline:
+        if _socket_answers(path):
+            return
+        if process.poll() is not None:
+            break
+        await asyncio.sleep(0.05)  # polling a socket file that another process creates; no event to await
+    raise BrokerUnreachable(
+        f"no relay broker found and starting one failed (see {log}); run this kernel from a Jupyter server with "
+        "the relay extension, or set RELAY_URL")
+
+
+async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 10.0) -> Endpoint:
+    """The broker endpoint for this kernel (see the module docstring for the order).
+
+    Raises:
+        BrokerUnreachable: nothing configured, no daemon running and ``start_daemon`` is false or failed.
+    """
+    url = os.environ.get("RELAY_URL", "").strip()
+    credential = os.environ.get("RELAY_KERNEL_CREDENTIAL", "").strip()
+    if url:
+        if credential:
+            return Endpoint(url, f"RelayKernel {credential}", client_name)
+        if url.startswith("unix:"):
+            return Endpoint(url, None, client_name)
+        token = _daemon_token()
+        return Endpoint(url, f"Bearer {token}" if token else None, client_name)
+    path = default_socket_path()
+    if not _socket_answers(path):
+        if not start_daemon:
+            raise BrokerUnreachable(
+                f"no relay broker: RELAY_URL is not set and no daemon listens on {path}; start Jupyter with the "
+                "relay extension or run `jupyter relay serve`")
+        await _start_daemon(path, wait)
+    return Endpoint(f"unix://{path}", None, client_name)

@@ -1,0 +1,76 @@
+"""Errors a notebook user sees from ``%%agent``: one clear line, and the cell fails.
+
+IPython calls ``_render_traceback_`` on an exception that has it and prints only the lines it
+returns, so an :class:`AgentError` shows as one line (no traceback) while the cell still ends
+with status ``error`` -- nbclient / nbval / "Run all" stop there, so there is no false green.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AgentError", "AgentUsageError", "BrokerUnreachable", "RpcError", "message_for"]
+
+
+class AgentError(Exception):
+    """A failure the user can act on. Renders as one line: ``relay: <message>``."""
+
+    def __init__(self, message: str, *, code: str | None = None, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.data = dict(data or {})
+
+    def _render_traceback_(self) -> list[str]:
+        # one line, red like an IPython error name, no stack: the stack would only hide the message
+        return [f"\x1b[0;31mrelay:\x1b[0m {self.message}"]
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class AgentUsageError(AgentError):
+    """The magic line could not be parsed (unknown option, bad value)."""
+
+
+class BrokerUnreachable(AgentError):
+    """No broker answered at the configured or discovered address."""
+
+
+class RpcError(AgentError):
+    """The broker answered a JSON-RPC call with an error.
+
+    ``code`` is the stable refusal string from ``error.data.code`` when there is one
+    (``BUDGET_EXCEEDED``, ``NO_BACKEND``, ...), else ``RPC<number>`` for transport codes.
+    """
+
+    def __init__(self, rpc_code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        data = dict(data or {})
+        stable = data.get("code") if isinstance(data.get("code"), str) else None
+        super().__init__(message_for(stable, message), code=stable or f"RPC{rpc_code}", data=data)
+        self.rpc_code = rpc_code
+        self.raw_message = message
+
+
+# What to do about each stable code, appended to the broker's own message so the line is actionable.
+_HINTS: dict[str, str] = {
+    "NO_BACKEND": "configure a backend in the relay server config (c.RelayApp.anthropic_api_key or openai_base_url)",
+    "NO_CREDENTIALS": "set the API key in the relay server config or its 0600 secrets file, not in the kernel",
+    "MODEL_NOT_ALLOWED": "pick a model the broker allows with --model, or widen the grant",
+    "BUDGET_EXCEEDED": "the budget for this notebook is used up; see relay.budget() or raise the grant's limits",
+    "PERMISSION_TIMEOUT": "nobody answered the permission request in time, so it was denied",
+    "UNAUTHORIZED": "this notebook has no grant yet; run %%agent interactively once to connect",
+    "SCOPE_EXCEEDED": "the tool is not in this notebook's grant; see relay.grants()",
+    "CONSENT_DENIED": "the action was denied",
+}
+
+
+def message_for(code: str | None, message: str) -> str:
+    """One line for a stable code: the broker's message plus what to do (never a secret)."""
+    line = " ".join(str(message).split()) or (code or "error")
+    hint = _HINTS.get(code or "")
+    if code:
+        line = f"{line} [{code}]"
+    if hint and hint.lower() not in line.lower():
+        line = f"{line} -- {hint}"
+    return line

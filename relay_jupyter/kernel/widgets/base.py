@@ -1,0 +1,50 @@
+"""Display helpers shared by the widgets: a widget view plus a text fallback in one output."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+__all__ = ["show", "update", "esc", "pretty_json", "short"]
+
+
+def esc(value: Any) -> str:
+    """HTML-escape anything (quotes included): every model- or tool-provided string goes through this."""
+    return html.escape(str(value), quote=True)
+
+
+def short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with a visible marker."""
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
+
+
+def pretty_json(value: Any, limit: int = 4000) -> str:
+    """Indented JSON for a card, bounded."""
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return short(text, limit)
+
+
+def _bundle(widget: Any, text: str) -> dict[str, Any]:
+    bundle: dict[str, Any] = {"text/plain": text}
+    if widget is not None:
+        bundle["application/vnd.jupyter.widget-view+json"] = {
+            "version_major": 2, "version_minor": 0, "model_id": widget.model_id}
+    return bundle
+
+
+def show(widget: Any, text: str, display_id: str | None = None) -> None:
+    """Display ``widget`` with ``text`` as its text/plain fallback (saved notebooks, terminals)."""
+    from IPython.display import display
+
+    display(_bundle(widget, text), raw=True, display_id=display_id)
+
+
+def update(widget: Any, text: str, display_id: str) -> None:
+    """Replace a displayed widget output (same widget, new fallback text)."""
+    from IPython.display import update_display
+
+    update_display(_bundle(widget, text), raw=True, display_id=display_id)
