@@ -160,9 +160,13 @@ class McpConnection:
         if isinstance(self.config, HttpServerConfig):
             what = type(inner).__name__
             return f"MCP server {self.name!r} at {self.config.url} could not be reached ({what})"
+        if self._flooded():
+            return (f"MCP server {self.name!r} sent a message larger than {self.max_message_bytes} bytes "
+                    "during the handshake; it was stopped")
+        code = self._transport.returncode if isinstance(self._transport, StdioTransport) else None
+        exited = f"exited with code {code}" if code is not None else f"failed ({type(inner).__name__})"
         return (
-            f"MCP server {self.name!r} failed to start or closed during the handshake ({type(inner).__name__})"
-            + _stderr_hint(self._transport)
+            f"MCP server {self.name!r} {exited} during the MCP handshake" + _stderr_hint(self._transport)
         )
 
     async def _supervise(
