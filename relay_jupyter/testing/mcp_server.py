@@ -35,7 +35,7 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -235,8 +235,9 @@ class McpHttpServer:
         self._thread.join(timeout=10)
         self._thread = None
 
-    def __enter__(self) -> McpHttpServer:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

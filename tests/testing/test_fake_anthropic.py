@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import anthropic
 import httpx2
@@ -256,3 +257,19 @@ def test_sync_client_and_client_disconnect_is_recorded():
         req = fake.requests[0]
         assert req.wait_finished(timeout=5)
         assert req.disconnected and not req.completed
+
+
+@pytest.mark.asyncio
+async def test_pacing_holds_deltas_back(fake):
+    # Only lower bounds (a sleep guarantees them); the achieved rate is measured in benchmarks/bench_fakes.py.
+    fake.enqueue(Reply("a b c d e f g h i j k", chunk_tokens=1, first_token_delay=0.15, tokens_per_second=100))
+    stamps = []
+    async with client(fake) as c:
+        t0 = time.monotonic()
+        async with c.messages.stream(model="m", max_tokens=10, messages=MSG) as s:
+            async for ev in s:
+                if ev.type == "text":
+                    stamps.append(time.monotonic())
+    assert len(stamps) == 11
+    assert stamps[0] - t0 >= 0.15
+    assert stamps[-1] - stamps[0] >= 0.1 - 0.005  # 10 tokens before the last delta at 100 tokens/s

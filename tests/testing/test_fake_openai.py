@@ -26,17 +26,19 @@ async def stream_chat(fake: FakeOpenAI, **body: Any) -> tuple[list[dict[str, Any
     chunks: list[dict[str, Any]] = []
     done = False
     payload = {"model": "gpt-x", "messages": MSG, "stream": True, **body}
-    async with httpx2.AsyncClient(base_url=fake.base_url, headers=AUTH) as h:
-        async with h.stream("POST", "/chat/completions", json=payload) as r:
-            assert r.status_code == 200
-            assert r.headers["content-type"].startswith("text/event-stream")
-            async for line in r.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                if line == "data: [DONE]":
-                    done = True
-                    continue  # keep reading after [DONE], as STACK.md advises
-                chunks.append(json.loads(line[6:]))
+    async with (
+        httpx2.AsyncClient(base_url=fake.base_url, headers=AUTH) as h,
+        h.stream("POST", "/chat/completions", json=payload) as r,
+    ):
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        async for line in r.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                continue  # keep reading after [DONE], as STACK.md advises
+            chunks.append(json.loads(line[6:]))
     return chunks, done
 
 

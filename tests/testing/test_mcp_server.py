@@ -101,23 +101,36 @@ async def test_streamable_http_in_thread(tmp_path):
                 await exercise(c, tmp_path)
 
 
-@pytest.mark.asyncio
-async def test_streamable_http_subprocess_port_zero(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "relay_jupyter.testing.mcp_server", "--http", "0", "--dir", str(tmp_path)],
+def start_http_subprocess(directory) -> subprocess.Popen:
+    """``--http 0`` in a child process; its first stdout line names the URL."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "relay_jupyter.testing.mcp_server", "--http", "0", "--dir", str(directory)],
         stdout=subprocess.PIPE, text=True,
     )
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+
+def first_line(proc: subprocess.Popen) -> str:
+    return proc.stdout.readline().strip()
+
+
+@pytest.mark.asyncio
+async def test_streamable_http_subprocess_port_zero(tmp_path):
+    proc = start_http_subprocess(tmp_path)
     try:
-        line = proc.stdout.readline().strip()
+        line = first_line(proc)
         assert line.startswith("RELAY_TEST_MCP_URL=http://127.0.0.1:")
         url = line.split("=", 1)[1]
         with anyio.fail_after(20):
             async with mcp.Client(url) as c:
                 await exercise(c, tmp_path)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        proc.stdout.close()
+        stop_process(proc)
 
 
 def test_cli_rejects_bad_port(capsys):
