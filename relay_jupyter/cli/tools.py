@@ -1,0 +1,154 @@
+"""``jupyter relay tools list | pin | unpin``: see MCP tools and pin their safety class.
+
+- ``list`` connects to every server of ``mcp.json`` (``--no-connect``: only the file and the
+  stored pins) and prints each server's state and each tool's class, pin and hints.
+- ``pin server__tool read|write`` connects to that one server to compute the tool's current
+  digest (command line or URL + name + description + schema) and stores the pin in the broker's
+  database. A later change to any of them drops the pin.
+- ``unpin server__tool`` removes a pin.
+
+Header and env values from ``mcp.json`` are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from ..core.errors import Code, ConfigRefusal, RoutingRefusal
+from ..mcp.config import McpConfig, load_config
+from ..mcp.discovery import split_name
+from ..mcp.pins import PINNABLE_CLASSES
+from ..mcp.registry import McpRegistry
+from ..storage.sqlite import Store
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tools`` command group to ``jupyter relay``."""
+    tools = subparsers.add_parser("tools", help="list MCP tools and pin their safety class",
+                                  description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = tools.add_subparsers(dest="tools_command", metavar="ACTION")
+    tools.set_defaults(func=lambda args: (tools.print_help(), 0)[1])
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", help="mcp.json to use (default: <jupyter config dir>/mcp.json)")
+    common.add_argument("--db", metavar="PATH", help="broker database (default: <jupyter data dir>/relay/relay.db)")
+    common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a server (default 30)")
+
+    p_list = sub.add_parser("list", parents=[common], help="servers, tools, classes and pins")
+    p_list.add_argument("--no-connect", action="store_true", help="do not start servers; show config and pins")
+    p_list.add_argument("--json", action="store_true", help="machine-readable output")
+    p_list.set_defaults(func=_cmd_list)
+
+    p_pin = sub.add_parser("pin", parents=[common], help="pin server__tool to read or write")
+    p_pin.add_argument("tool", help="tool name as the model sees it: server__tool")
+    p_pin.add_argument("tool_class", choices=[c.value for c in PINNABLE_CLASSES], metavar="CLASS",
+                       help="read | write")
+    p_pin.set_defaults(func=_cmd_pin)
+
+    p_unpin = sub.add_parser("unpin", parents=[common], help="remove the pin of server__tool")
+    p_unpin.add_argument("tool")
+    p_unpin.set_defaults(func=_cmd_unpin)
+
+
+def _only(config: McpConfig, server: str) -> McpConfig:
+    if server not in config.servers:
+        why = config.problems.get(server)
+        if why:
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"MCP server {server!r} is not usable: {why}")
+        if server in config.disabled:
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"MCP server {server!r} is disabled in {config.path}")
+        raise RoutingRefusal(Code.NOT_FOUND, f"no MCP server named {server!r} in {config.path}")
+    return McpConfig(servers={server: config.servers[server]}, path=config.path)
+
+
+def _registry(config: McpConfig, store: Store | None, timeout: float) -> McpRegistry:
+    return McpRegistry(config, store, connect_timeout=timeout, call_timeout=timeout)
+
+
+def _cmd_pin(args: argparse.Namespace) -> int:
+    parts = split_name(args.tool)
+    if parts is None:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.tool!r} is not an MCP tool name (expected server__tool)")
+    config = _only(load_config(args.config), parts[0])
+    store = Store.open(args.db)
+    try:
+        async def pin() -> Any:
+            async with _registry(config, store, args.timeout) as reg:
+                status = reg.status()[0]
+                if status.state != "connected":
+                    raise ConfigRefusal(Code.CONFIG_INVALID, status.error or f"MCP server {parts[0]!r} is unavailable")
+                return reg.pin(args.tool, args.tool_class)
+
+        spec = asyncio.run(pin())
+    finally:
+        store.close()
+    note = "" if spec.tool_class.value == args.tool_class else f" (its annotations make it {spec.tool_class.value})"
+    print(f"pinned {spec.name} as {args.tool_class}{note}; digest {spec.digest[:12]}")
+    return 0
+
+
+def _cmd_unpin(args: argparse.Namespace) -> int:
+    store = Store.open(args.db)
+    try:
+        removed = store.delete_pin(args.tool)
+    finally:
+        store.close()
+    print(f"unpinned {args.tool}" if removed else f"{args.tool} was not pinned")
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    store = Store.open(args.db)
+    try:
+        pins = {p["tool"]: p for p in store.list_pins()}
+        if args.no_connect:
+            reg = _registry(config, store, args.timeout)
+            servers, tools = [s.as_dict() for s in reg.status()], []
+        else:
+            async def collect() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                async with _registry(config, store, args.timeout) as reg:
+                    return [s.as_dict() for s in reg.status()], [
+                        {"name": s.name, "class": s.tool_class.value, "server": s.server,
+                         "pinned": s.name in pins and store.get_pin(s.name) is not None,
+                         "hints": s.hints, "description": s.description}
+                        for s in reg.specs()
+                    ]
+
+            servers, tools = asyncio.run(collect())
+        # Re-read: connecting may have dropped stale pins.
+        pins_now = [{**p, "tool_class": str(p["tool_class"])} for p in store.list_pins()]
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"config": config.path, "problems": config.problems.get(""),
+                          "servers": servers, "tools": tools, "pins": pins_now}, indent=2, default=str))
+        return 0
+    print(f"MCP config: {config.path}")
+    if config.problems.get(""):
+        print(f"  note: {config.problems['']}")
+    for s in servers:
+        detail = s["error"] or (f"{s['tools']} tools, protocol {s['protocol_version']}" if s["state"] == "connected"
+                                else "")
+        print(f"  {s['name']:<20} {s['state']:<10} {s['source']}" + (f"\n    {detail}" if detail else ""))
+        for problem in s.get("problems") or []:
+            print(f"    skipped: {problem}")
+    if tools:
+        print("tools:")
+        for t in tools:
+            hints = ", ".join(f"{k}={v}" for k, v in t["hints"].items() if k != "title")
+            pin = " (pinned)" if t["pinned"] else ""
+            print(f"  {t['name']:<40} {t['class']:<6}{pin}" + (f"  hints: {hints}" if hints else ""))
+    dropped = sorted(set(pins) - {p["tool"] for p in pins_now})
+    for name in dropped:
+        print(f"pin dropped: {name} changed since it was pinned (it is write again)")
+    if not args.no_connect:
+        return 0
+    for p in pins_now:
+        print(f"pin: {p['tool']} -> {p['tool_class']} (digest {p['digest'][:12]})")
+    return 0
