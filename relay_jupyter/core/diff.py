@@ -1,0 +1,817 @@
+"""Unified diffs that are byte-identical to GNU ``diff -u`` and apply with ``patch -p1``.
+
+Why hand-written rather than :mod:`difflib`: ``difflib.unified_diff`` picks different alignments than
+GNU diff, omits ``\\ No newline at end of file``, splits lines on a lone CR, and is quadratic on
+scattered edits over a large file. This module reimplements the *algorithm* GNU diff uses (Myers'
+O(ND) middle-snake search with the "too expensive" cut-off, the "confusing lines" discard pass and
+the boundary-shifting canonicalisation) so that the hunks come out the same, byte for byte.
+
+Lines are split on ``\\n`` only, like GNU diff: a lone CR is part of its line and a CRLF line ends in
+``\\r\\n``. A final line without a newline is a different line from the same text with one.
+
+Large files are never diffed whole: :func:`unified_diff_spans` takes the byte spans an edit replaced
+and diffs only the windows around them (GNU's own "identical prefix and suffix" trimming, done per
+window). When all changes fall within one window the result is exactly GNU's; with several distant
+windows each is analysed like its own GNU run. Files under :data:`EXACT_LIMIT` are analysed whole, so
+their diffs are exactly GNU's. Above it, the hunks are GNU's except where GNU's tie-breaking between
+equally short diffs depends on lines far outside the edited windows (its "confusing lines" pass
+counts repeats over the whole region between the first and last change); the diff is then still a
+minimal, correct one that ``patch`` applies.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate
+from operator import add
+from dataclasses import dataclass
+
+__all__ = [
+    "Change", "DiffResult", "split_lines", "unified_diff", "unified_diff_spans", "CONTEXT", "EXACT_LIMIT",
+    "DENSE_SPANS",
+]
+
+#: Below this many bytes (old + new) a windowed diff is analysed whole, which is exactly GNU's result.
+EXACT_LIMIT = 512 * 1024
+#: Lines of context around each hunk, as ``diff -u``.
+CONTEXT = 3
+# GNU keeps this many identical lines on each side of the differing region ("horizon lines").
+_HORIZON = CONTEXT
+_NO_NEWLINE = b"\n\\ No newline at end of file\n"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One run of changed lines: ``deleted`` old lines at ``line0`` became ``inserted`` new lines at ``line1``.
+
+    Line numbers are 0-based indexes into the whole old / new file.
+    """
+
+    line0: int
+    line1: int
+    deleted: int
+    inserted: int
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """A unified diff and where it starts."""
+
+    text: bytes
+    """The diff, byte-identical to ``diff -u --label a/P --label b/P old new`` (empty when identical)."""
+    first_changed_line: int | None
+    """1-based line number in the NEW file of the first changed line (or of the line after a pure
+    deletion, clamped to the file); None when nothing changed."""
+    hunks: int
+    """Number of ``@@`` hunks."""
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Split on ``\\n`` keeping the terminator; a last line without one is kept as is."""
+    if not data:
+        return []
+    lines = data.split(b"\n")
+    last = lines.pop()
+    out = [line + b"\n" for line in lines]
+    if last:
+        out.append(last)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The analysis of one region (GNU analyze.c's algorithm, written from its description)
+# --------------------------------------------------------------------------------------------
+
+
+def _discard_confusing(eq0: list[int], eq1: list[int], n_total0: int, n_total1: int
+                       ) -> tuple[list[int], list[int], bytearray, bytearray]:
+    """Drop lines that cannot match (and provisionally, lines that match too often) before Myers.
+
+    Returns (real indexes kept in file 0, in file 1, changed0, changed1) with discarded lines marked.
+    ``n_total*`` is the size of the whole compared region, which sets the "too many matches" bar.
+    """
+    count0: dict[int, int] = {}
+    count1: dict[int, int] = {}
+    for e in eq0:
+        count0[e] = count0.get(e, 0) + 1
+    for e in eq1:
+        count1[e] = count1.get(e, 0) + 1
+    result = []
+    for equivs, other, total in ((eq0, count1, n_total0), (eq1, count0, n_total1)):
+        end = len(equivs)
+        many = 5
+        tem = total // 64
+        while True:
+            tem >>= 2
+            if tem <= 0:
+                break
+            many *= 2
+        disc = bytearray(end)
+        for i, e in enumerate(equivs):
+            nmatch = other.get(e, 0)
+            if nmatch == 0:
+                disc[i] = 1
+            elif nmatch > many:
+                disc[i] = 2
+        _settle_provisional(disc)
+        result.append(disc)
+    changed0 = bytearray(len(eq0))
+    changed1 = bytearray(len(eq1))
+    keep0 = [i for i, d in enumerate(result[0]) if d == 0]
+    keep1 = [i for i, d in enumerate(result[1]) if d == 0]
+    for i, d in enumerate(result[0]):
+        if d:
+            changed0[i] = 1
+    for i, d in enumerate(result[1]):
+        if d:
+            changed1[i] = 1
+    return keep0, keep1, changed0, changed1
+
+
+def _settle_provisional(disc: bytearray) -> None:
+    """Keep a provisional discard (2) only inside a run of certain discards (1), as GNU does."""
+    end = len(disc)
+    i = 0
+    while i < end:
+        if disc[i] == 2:
+            disc[i] = 0
+        elif disc[i] != 0:
+            provisional = 0
+            j = i
+            while j < end:
+                if disc[j] == 0:
+                    break
+                if disc[j] == 2:
+                    provisional += 1
+                j += 1
+            while j > i and disc[j - 1] == 2:
+                j -= 1
+                disc[j] = 0
+                provisional -= 1
+            length = j - i
+            if provisional * 4 > length:
+                while j > i:
+                    j -= 1
+                    if disc[j] == 2:
+                        disc[j] = 0
+            else:
+                minimum = 1
+                tem = length >> 2
+                while True:
+                    tem >>= 2
+                    if tem <= 0:
+                        break
+                    minimum <<= 1
+                minimum += 1
+                j = 0
+                consec = 0
+                while j < length:
+                    if disc[i + j] != 2:
+                        consec = 0
+                    else:
+                        consec += 1
+                        if consec == minimum:
+                            j -= consec  # back up to the start of the sub-run to cancel all of it
+                        elif consec > minimum:
+                            disc[i + j] = 0
+                    j += 1
+                _edge_scan(disc, i, length, 1)
+                i += length - 1
+                _edge_scan(disc, i, length, -1)
+        i += 1
+
+
+def _edge_scan(disc: bytearray, i: int, length: int, step: int) -> None:
+    """From one end of a run, cancel provisionals until 3 certain discards in a row (or 8 lines in)."""
+    consec = 0
+    for j in range(length):
+        k = i + j * step
+        if j >= 8 and disc[k] == 1:
+            break
+        if disc[k] == 2:
+            consec = 0
+            disc[k] = 0
+        elif disc[k] == 0:
+            consec = 0
+        else:
+            consec += 1
+        if consec == 3:
+            break
+
+
+class _Myers:
+    """Myers' divide-and-conquer shortest edit script over two int sequences (GNU diffseq semantics)."""
+
+    def __init__(self, xv: list[int], yv: list[int]) -> None:
+        self.xv = xv
+        self.yv = yv
+        n = len(xv) + len(yv) + 3
+        self.off = len(yv) + 1
+        self.fd = [0] * n
+        self.bd = [0] * n
+        diags = len(xv) + len(yv) + 3
+        too = 1
+        while diags:
+            diags >>= 2
+            too <<= 1
+        self.too_expensive = max(4096, too)
+        self.xdel: list[int] = []
+        self.yins: list[int] = []
+
+    def _diag(self, xoff: int, xlim: int, yoff: int, ylim: int, minimal: bool
+              ) -> tuple[int, int, bool, bool]:
+        xv, yv, fd, bd, o = self.xv, self.yv, self.fd, self.bd, self.off
+        dmin, dmax = xoff - ylim, xlim - yoff
+        fmid, bmid = xoff - yoff, xlim - ylim
+        fmin = fmax = fmid
+        bmin = bmax = bmid
+        odd = (fmid - bmid) & 1
+        fd[o + fmid] = xoff
+        bd[o + bmid] = xlim
+        big = 1 << 62
+        c = 1
+        while True:
+            if fmin > dmin:
+                fmin -= 1
+                fd[o + fmin - 1] = -1
+            else:
+                fmin += 1
+            if fmax < dmax:
+                fmax += 1
+                fd[o + fmax + 1] = -1
+            else:
+                fmax -= 1
+            for d in range(fmax, fmin - 1, -2):
+                tlo, thi = fd[o + d - 1], fd[o + d + 1]
+                x = thi if tlo < thi else tlo + 1
+                y = x - d
+                while x < xlim and y < ylim and xv[x] == yv[y]:
+                    x += 1
+                    y += 1
+                fd[o + d] = x
+                if odd and bmin <= d <= bmax and bd[o + d] <= x:
+                    return x, y, True, True
+            if bmin > dmin:
+                bmin -= 1
+                bd[o + bmin - 1] = big
+            else:
+                bmin += 1
+            if bmax < dmax:
+                bmax += 1
+                bd[o + bmax + 1] = big
+            else:
+                bmax -= 1
+            for d in range(bmax, bmin - 1, -2):
+                tlo, thi = bd[o + d - 1], bd[o + d + 1]
+                x = tlo if tlo < thi else thi - 1
+                y = x - d
+                while xoff < x and yoff < y and xv[x - 1] == yv[y - 1]:
+                    x -= 1
+                    y -= 1
+                bd[o + d] = x
+                if not odd and fmin <= d <= fmax and x <= fd[o + d]:
+                    return x, y, True, True
+            if not minimal and c >= self.too_expensive:
+                # Give up on optimality: split at the furthest-reaching diagonal seen so far.
+                fxybest, fxbest = -1, 0
+                for d in range(fmax, fmin - 1, -2):
+                    x = min(fd[o + d], xlim)
+                    y = x - d
+                    if ylim < y:
+                        x, y = ylim + d, ylim
+                    if fxybest < x + y:
+                        fxybest, fxbest = x + y, x
+                bxybest, bxbest = big, 0
+                for d in range(bmax, bmin - 1, -2):
+                    x = max(xoff, bd[o + d])
+                    y = x - d
+                    if y < yoff:
+                        x, y = yoff + d, yoff
+                    if x + y < bxybest:
+                        bxybest, bxbest = x + y, x
+                if (xlim + ylim) - bxybest < fxybest - (xoff + yoff):
+                    return fxbest, fxybest - fxbest, True, False
+                return bxbest, bxybest - bxbest, False, True
+            c += 1
+
+    def run(self) -> None:
+        """Fill ``xdel`` / ``yins`` with the indexes (into xv / yv) that are not matched."""
+        xv, yv = self.xv, self.yv
+        stack = [(0, len(xv), 0, len(yv), False)]
+        while stack:
+            xoff, xlim, yoff, ylim, minimal = stack.pop()
+            while xoff < xlim and yoff < ylim and xv[xoff] == yv[yoff]:
+                xoff += 1
+                yoff += 1
+            while xoff < xlim and yoff < ylim and xv[xlim - 1] == yv[ylim - 1]:
+                xlim -= 1
+                ylim -= 1
+            if xoff == xlim:
+                self.yins.extend(range(yoff, ylim))
+            elif yoff == ylim:
+                self.xdel.extend(range(xoff, xlim))
+            else:
+                xmid, ymid, lo_min, hi_min = self._diag(xoff, xlim, yoff, ylim, minimal)
+                stack.append((xmid, xlim, ymid, ylim, hi_min))
+                stack.append((xoff, xmid, yoff, ymid, lo_min))
+
+
+def _shift_boundaries(equivs: list[int], changed: bytearray, other: bytearray) -> None:
+    """Slide each run of changes to its canonical place (GNU's shift_boundaries).
+
+    ``changed`` / ``other`` carry a 0 sentinel at both ends (index 0 and -1); line k is at k + 1.
+    """
+    i_end = len(equivs)
+    # With the sentinel layout, changed[k + 1] is line k; equivs indexes are plain.
+    i = 0
+    j = 0
+    while True:
+        while i < i_end and not changed[i + 1]:
+            while other[j + 1]:
+                j += 1
+            j += 1
+            i += 1
+        if i == i_end:
+            break
+        start = i
+        i += 1
+        while changed[i + 1]:
+            i += 1
+        while other[j + 1]:
+            j += 1
+        while True:
+            runlength = i - start
+            while start and equivs[start - 1] == equivs[i - 1]:
+                start -= 1
+                changed[start + 1] = 1
+                i -= 1
+                changed[i + 1] = 0
+                while changed[start]:  # line start - 1
+                    start -= 1
+                j -= 1
+                while other[j + 1]:
+                    j -= 1
+            corresponding = i if other[j] else i_end  # other line j - 1
+            while i != i_end and equivs[start] == equivs[i]:
+                changed[start + 1] = 0
+                start += 1
+                changed[i + 1] = 1
+                i += 1
+                while changed[i + 1]:
+                    i += 1
+                j += 1
+                while other[j + 1]:
+                    corresponding = i
+                    j += 1
+            if runlength == i - start:
+                break
+        while corresponding < i:
+            start -= 1
+            changed[start + 1] = 1
+            i -= 1
+            changed[i + 1] = 0
+            j -= 1
+            while other[j + 1]:
+                j -= 1
+
+
+def _analyze(old: Sequence[bytes], new: Sequence[bytes], total0: int, total1: int
+             ) -> tuple[bytearray, bytearray]:
+    """Changed-line flags for one region, with a 0 sentinel at each end (line k at index k + 1)."""
+    classes: dict[bytes, int] = {}
+    eq0 = [classes.setdefault(line, len(classes) + 1) for line in old]
+    eq1 = [classes.setdefault(line, len(classes) + 1) for line in new]
+    keep0, keep1, ch0, ch1 = _discard_confusing(eq0, eq1, total0, total1)
+    m = _Myers([eq0[i] for i in keep0], [eq1[i] for i in keep1])
+    m.run()
+    for x in m.xdel:
+        ch0[keep0[x]] = 1
+    for y in m.yins:
+        ch1[keep1[y]] = 1
+    changed0 = bytearray(1) + ch0 + bytearray(1)
+    changed1 = bytearray(1) + ch1 + bytearray(1)
+    _shift_boundaries(eq0, changed0, changed1)
+    _shift_boundaries(eq1, changed1, changed0)
+    return changed0, changed1
+
+
+def _changes(changed0: bytearray, changed1: bytearray, base0: int, base1: int) -> list[Change]:
+    """Runs of changes from the flag arrays (sentinel layout), offset to whole-file line numbers."""
+    out: list[Change] = []
+    n0, n1 = len(changed0) - 2, len(changed1) - 2
+    i0 = i1 = 0
+    while i0 < n0 or i1 < n1:
+        if changed0[i0 + 1] or changed1[i1 + 1]:
+            s0, s1 = i0, i1
+            while i0 < n0 and changed0[i0 + 1]:
+                i0 += 1
+            while i1 < n1 and changed1[i1 + 1]:
+                i1 += 1
+            out.append(Change(base0 + s0, base1 + s1, i0 - s0, i1 - s1))
+        else:
+            i0 += 1
+            i1 += 1
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def _range(a: int, b: int) -> bytes:
+    """GNU's unified range for 0-based inclusive lines [a, b]; b < a is an empty range."""
+    ta, tb = a + 1, b + 1
+    if tb <= ta:
+        return b"%d,0" % tb if tb < ta else b"%d" % tb
+    return b"%d,%d" % (ta, tb - ta + 1)
+
+
+def _emit(prefix: bytes, line: bytes) -> bytes:
+    """One diff line; a line without its newline gets GNU's ``\\ No newline at end of file``."""
+    return prefix + line if line[-1:] == b"\n" else prefix + line + _NO_NEWLINE
+
+
+def _block(prefix: bytes, block: bytes) -> bytes:
+    """Whole lines ``block`` with ``prefix`` before each (at C speed); GNU's marker after a last line."""
+    if not block:
+        return b""
+    if block[-1:] == b"\n":
+        return prefix + block[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
+    return prefix + block.replace(b"\n", b"\n" + prefix) + _NO_NEWLINE
+
+
+def _format(changes: list[Change], old_line, new_line, n0: int, n1: int,
+            old_label: str, new_label: str, old_block=None) -> DiffResult:
+    """Group changes into hunks (gap < 2*CONTEXT+1 joins) and print them like GNU ``diff -u``."""
+    if not changes:
+        return DiffResult(b"", None, 0)
+    out = [b"--- ", old_label.encode(), b"\n+++ ", new_label.encode(), b"\n"]
+    add = out.append
+    thresh = 2 * CONTEXT + 1
+    hunks = 0
+    k = 0
+    nch = len(changes)
+    while k < nch:
+        first = k
+        while k + 1 < nch and changes[k + 1].line0 - (changes[k].line0 + changes[k].deleted) < thresh:
+            k += 1
+        last = k
+        k += 1
+        hunks += 1
+        h0, hl = changes[first], changes[last]
+        first0 = max(h0.line0 - CONTEXT, 0)
+        first1 = max(h0.line1 - CONTEXT, 0)
+        last0 = min(hl.line0 + hl.deleted - 1 + CONTEXT, n0 - 1)
+        last1 = min(hl.line1 + hl.inserted - 1 + CONTEXT, n1 - 1)
+        add(b"@@ -" + _range(first0, last0) + b" +" + _range(first1, last1) + b" @@\n")
+        i, j = first0, first1
+        if old_block is not None:
+            # Whole runs of lines as byte blocks: the fast path for diffs with many hunks.
+            for idx in range(first, last + 1):
+                ch = changes[idx]
+                if i < ch.line0:
+                    add(_block(b" ", old_block(i, ch.line0)))
+                    j += ch.line0 - i
+                    i = ch.line0
+                if ch.deleted:
+                    add(_block(b"-", old_block(i, i + ch.deleted)))
+                    i += ch.deleted
+                if ch.inserted:
+                    add(_block(b"+", b"".join([new_line(x) for x in range(j, j + ch.inserted)])))
+                    j += ch.inserted
+            if i <= last0:
+                add(_block(b" ", old_block(i, last0 + 1)))
+            continue
+        for idx in range(first, last + 1):
+            ch = changes[idx]
+            while i < ch.line0:
+                add(_emit(b" ", old_line(i)))
+                i += 1
+                j += 1
+            for _ in range(ch.deleted):
+                add(_emit(b"-", old_line(i)))
+                i += 1
+            for _ in range(ch.inserted):
+                add(_emit(b"+", new_line(j)))
+                j += 1
+        while i <= last0:
+            add(_emit(b" ", old_line(i)))
+            i += 1
+            j += 1
+    c = changes[0]
+    first_line = c.line1 + 1 if c.inserted else min(c.line1 + 1, max(n1, 1))
+    return DiffResult(b"".join(out), first_line, hunks)
+
+
+def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str = "b") -> DiffResult:
+    """Diff two whole byte strings (for small files and tests). Same output as ``diff -u --label``."""
+    a, b = split_lines(old), split_lines(new)
+    pre = 0
+    lim = min(len(a), len(b))
+    while pre < lim and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < lim - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
+        suf += 1
+    if pre == len(a) and pre == len(b):
+        return DiffResult(b"", None, 0)
+    lo = max(pre - _HORIZON, 0)
+    hi0 = min(len(a) - suf + _HORIZON, len(a))
+    hi1 = min(len(b) - suf + _HORIZON, len(b))
+    ch0, ch1 = _analyze(a[lo:hi0], b[lo:hi1], hi0 - lo, hi1 - lo)
+    changes = _changes(ch0, ch1, lo, lo)
+    return _format(changes, a.__getitem__, b.__getitem__, len(a), len(b), old_label, new_label)
+
+
+# --------------------------------------------------------------------------------------------
+# Windowed diff for large files
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Unit:
+    """A line-aligned stretch of the old file (and its image in the new one) analysed on its own."""
+
+    o0: int
+    o1: int
+    n0: int
+    n1: int
+    line0: int = 0
+    """Old line number of ``o0``."""
+    delta_lines: int = 0
+    """New line number of ``n0`` minus ``line0``."""
+    complex: bool = False
+    single: int = -1
+    """Dense mode: the one line every span of this unit lies in, without a newline in or out; else -1."""
+
+
+def _line_start(data: bytes, pos: int) -> int:
+    return data.rfind(b"\n", 0, pos) + 1
+
+
+def _line_end(data: bytes, pos: int) -> int:
+    """End (exclusive, after the newline) of the line containing byte ``pos``."""
+    k = data.find(b"\n", pos)
+    return len(data) if k < 0 else k + 1
+
+
+def _extend(data: bytes, start: int, end: int, lines: int) -> tuple[int, int]:
+    """Grow a line-aligned byte range by ``lines`` whole lines on each side."""
+    for _ in range(lines):
+        if start == 0:
+            break
+        start = _line_start(data, start - 1)
+    for _ in range(lines):
+        if end >= len(data):
+            break
+        end = _line_end(data, end)
+    return start, end
+
+
+def _trim(a: list[bytes], b: list[bytes]) -> tuple[int, int]:
+    """Common leading and trailing line counts (trailing ones never overlap the leading ones)."""
+    pre = 0
+    lim = min(len(a), len(b))
+    while pre < lim and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < lim - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
+        suf += 1
+    return pre, suf
+
+
+def _simple_change(a: list[bytes], b: list[bytes], pre: int, suf: int) -> bool:
+    """True when the differing middle can only be "delete all of A, insert all of B", unshifted.
+
+    That holds when no line of A equals a line of B (no alignment to choose) and neither run could
+    slide (GNU's shift_boundaries moves a run while a neighbour equals its far end).
+    """
+    ma, mb = a[pre:len(a) - suf], b[pre:len(b) - suf]
+    if ma and mb and not set(ma).isdisjoint(mb):
+        return False
+    before = a[pre - 1] if pre else None
+    after = a[len(a) - suf] if suf else None
+    for run in (ma, mb):
+        if run and ((before is not None and before == run[-1]) or (after is not None and run[0] == after)):
+            return False
+    return True
+
+
+def _context(data: bytes, o0: int, o1: int, line0: int, nlines: int, cache: dict[int, bytes]) -> None:
+    """Cache the CONTEXT lines just before ``o0`` and just after ``o1`` (old-file numbering)."""
+    p, ln = o0, line0
+    for _ in range(CONTEXT):
+        if p == 0:
+            break
+        q = data.rfind(b"\n", 0, p - 1) + 1
+        ln -= 1
+        cache[ln] = data[q:p]
+        p = q
+    p, ln = o1, line0 + nlines
+    for _ in range(CONTEXT):
+        if p >= len(data):
+            break
+        q = _line_end(data, p)
+        cache[ln] = data[p:q]
+        ln += 1
+        p = q
+
+
+def _units(old: bytes, spans: Sequence[tuple[int, int, int]]) -> list[_Unit]:
+    """One unit per span (its lines plus one neighbour line each side), overlapping ones merged."""
+    units: list[_Unit] = []
+    delta = 0
+    for start, end, nlen in spans:
+        o0 = _line_start(old, start)
+        o1 = _line_end(old, end - 1) if end > start else _line_end(old, start)
+        o0, o1 = _extend(old, o0, o1, 1)
+        d_here = nlen - (end - start)
+        if units and o0 < units[-1].o1:
+            u = units[-1]
+            u.o1 = max(u.o1, o1)
+            u.n1 = u.o1 + delta + d_here
+        else:
+            units.append(_Unit(o0, o1, o0 + delta, o1 + delta + d_here))
+        delta += d_here
+    return units
+
+
+def _units_dense(old: bytes, new: bytes, starts: list[int], n_lines: int,
+                 spans: Sequence[tuple[int, int, int]]) -> list[_Unit]:
+    """:func:`_units` for many spans, by bisecting a precomputed table of line starts."""
+    units: list[_Unit] = []
+    delta = 0
+    last = n_lines - 1
+    for start, end, nlen in spans:
+        first_line = bisect_right(starts, start) - 1
+        last_line = bisect_right(starts, end - 1) - 1 if end > start else first_line
+        g0 = first_line - 1 if first_line > 0 else 0
+        g1 = last_line + 1 if last_line < last else last
+        o0, o1 = starts[g0], min(starts[g1 + 1], len(old))
+        d_here = nlen - (end - start)
+        inline = (first_line == last_line and old.find(b"\n", start, end) < 0
+                  and new.find(b"\n", start + delta, start + delta + nlen) < 0)
+        if units and o0 < units[-1].o1:
+            u = units[-1]
+            u.o1 = max(u.o1, o1)
+            u.n1 = u.o1 + delta + d_here
+            if not (inline and u.single == first_line):
+                u.single = -1
+        else:
+            units.append(_Unit(o0, o1, o0 + delta, o1 + delta + d_here, line0=g0,
+                               single=first_line if inline else -1))
+        delta += d_here
+    return units
+
+
+#: With more spans than this, the old file's line table is built once instead of searched per span.
+DENSE_SPANS = 64
+
+
+def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, int]], *,
+                       old_label: str = "a", new_label: str = "b") -> DiffResult:
+    """Diff ``old`` -> ``new`` where ``new`` is ``old`` with the byte ``spans`` replaced.
+
+    ``spans`` are ``(start, end, new_length)``: old bytes ``[start, end)`` became ``new_length``
+    bytes, sorted and non-overlapping. Only the lines around the spans are split and compared; the
+    rest of the file is touched by one ``bytes.count`` pass (line numbers), so the cost follows the
+    size of the edits, not of the file. With many spans (``replace_all``) the old file's line table
+    is built once (one ``split``) and every lookup is a bisection.
+    """
+    if not spans:
+        return DiffResult(b"", None, 0)
+    if len(old) + len(new) <= EXACT_LIMIT:
+        # Small enough to analyse whole, exactly as GNU does (its "confusing lines" counts are
+        # taken over the whole differing region, which windows can only approximate).
+        return unified_diff(old, new, old_label=old_label, new_label=new_label)
+    dense = len(spans) > DENSE_SPANS
+    if dense:
+        table = old.split(b"\n")
+        if table[-1] == b"":
+            table.pop()
+            old_line = (lambda i: table[i] + b"\n")
+        else:
+            last_i = len(table) - 1
+            old_line = (lambda i: table[i] + b"\n" if i < last_i else table[i])
+        # starts[k] = sum of the first k line lengths + k newlines, all at C speed.
+        starts = list(map(add, accumulate(map(len, table), initial=0), range(len(table) + 1)))
+        units = _units_dense(old, new, starts, len(table), spans)
+    else:
+        units = _units(old, spans)
+    # Line numbers: one pass over the old file; the new file's follow from the newline deltas.
+    line0 = pos = 0
+    nl_delta = 0
+    for u in units:
+        if not dense:
+            line0 += old.count(b"\n", pos, u.o0)
+            pos = u.o0
+            u.line0 = line0
+        u.delta_lines = nl_delta
+        nl_delta += new.count(b"\n", u.n0, u.n1) - old.count(b"\n", u.o0, u.o1)
+    nl_old = len(table) - (0 if old.endswith(b"\n") else 1) if dense else line0 + old.count(b"\n", pos)
+    n_old = nl_old + (1 if old and not old.endswith(b"\n") else 0)
+    n_new = nl_old + nl_delta + (1 if new and not new.endswith(b"\n") else 0)
+    region0 = units[-1].line0 + old.count(b"\n", units[-1].o0, units[-1].o1) + 1 - units[0].line0
+    region1 = region0 + nl_delta
+    cache0: dict[int, bytes] = {}
+    cache1: dict[int, bytes] = {}
+    changes: list[Change] = []
+    pending = False
+    for u in units:
+        if u.single >= 0:
+            # One line became one line (replace_all of in-line text): the change is that line,
+            # unless it came out equal or a neighbour equals it (then GNU could slide the run).
+            k = u.single
+            line_a = old_line(k)
+            line_b = new[u.n0 + starts[k] - u.o0:u.n1 - (u.o1 - min(starts[k + 1], len(old)))]
+            if line_a == line_b:
+                continue
+            before = old_line(k - 1) if k > 0 else None
+            after = old_line(k + 1) if k + 1 < len(table) else None
+            if before not in (line_a, line_b) and after not in (line_a, line_b):
+                changes.append(Change(k, k + u.delta_lines, 1, 1))
+                cache1[k + u.delta_lines] = line_b
+                continue
+        a = split_lines(old[u.o0:u.o1])
+        b = split_lines(new[u.n0:u.n1])
+        pre, suf = _trim(a, b)
+        if pre == len(a) and pre == len(b):
+            continue
+        if _simple_change(a, b, pre, suf):
+            l1 = u.line0 + u.delta_lines
+            changes.append(Change(u.line0 + pre, l1 + pre, len(a) - suf - pre, len(b) - suf - pre))
+            for k in range(pre, len(b) - suf):
+                cache1[l1 + k] = b[k]
+            if not dense:
+                for k, line in enumerate(a):
+                    cache0[u.line0 + k] = line
+                _context(old, u.o0, u.o1, u.line0, len(a), cache0)
+        else:
+            u.complex = True
+            pending = True
+    if pending:
+        _analyse_windows(old, new, units, region0, region1, changes, cache0, cache1)
+    changes.sort(key=lambda c: c.line0)
+    if dense:
+        size = len(old)
+        return _format(changes, old_line, cache1.__getitem__, n_old, n_new, old_label, new_label,
+                       old_block=lambda i, j: old[starts[i]:min(starts[j], size)])
+    return _format(changes, cache0.__getitem__, cache1.__getitem__, n_old, n_new, old_label, new_label)
+
+
+def _analyse_windows(old: bytes, new: bytes, units: list[_Unit], region0: int, region1: int,
+                     changes: list[Change], cache0: dict[int, bytes], cache1: dict[int, bytes]) -> None:
+    """Full GNU-style analysis for the complex units, each in a window of a few lines around it.
+
+    A window reaches GNU's horizon plus a context's width beyond the unit, so the context of a run
+    shifted to the edge of its region is still inside it; windows that overlap are merged (and take
+    over any simple unit they cover, whose change is then recomputed here).
+    """
+    margin = _HORIZON + CONTEXT + 1
+    windows: list[tuple[int, int, int, int, int, int]] = []  # (o0, o1, line0, delta_lines, first, last)
+    for idx, u in enumerate(units):
+        if not u.complex:
+            continue
+        o0, o1 = _extend(old, u.o0, u.o1, margin)
+        first = last = idx
+        while first > 0 and units[first - 1].o1 > o0:
+            first -= 1
+            o0 = min(o0, _extend(old, units[first].o0, units[first].o1, margin)[0])
+        while last + 1 < len(units) and units[last + 1].o0 < o1:
+            last += 1
+            o1 = max(o1, _extend(old, units[last].o0, units[last].o1, margin)[1])
+        if windows and o0 < windows[-1][1]:
+            po0, _po1, pl0, pd, pfirst, _pl = windows.pop()
+            o0, first = min(o0, po0), min(first, pfirst)
+        fu, lu = units[first], units[last]
+        line0 = fu.line0 - old.count(b"\n", o0, fu.o0)
+        windows.append((o0, o1, line0, fu.delta_lines, first, last))
+    drop: set[int] = set()
+    for o0, o1, line0, dl, first, last in windows:
+        fu, lu = units[first], units[last]
+        n0 = o0 + (fu.n0 - fu.o0)
+        n1 = o1 + (lu.n1 - lu.o1)
+        a = split_lines(old[o0:o1])
+        b = split_lines(new[n0:n1])
+        pre, suf = _trim(a, b)
+        # Simple units inside this window were already counted: replace their changes.
+        lo_line, hi_line = line0, line0 + len(a)
+        drop.update(id(c) for c in changes if lo_line <= c.line0 < hi_line)
+        if pre == len(a) and pre == len(b):
+            continue
+        lo = max(pre - _HORIZON, 0)
+        hi0 = min(len(a) - suf + _HORIZON, len(a))
+        hi1 = min(len(b) - suf + _HORIZON, len(b))
+        ch0, ch1 = _analyze(a[lo:hi0], b[lo:hi1], region0, region1)
+        found = _changes(ch0, ch1, line0 + lo, line0 + dl + lo)
+        changes.extend(found)
+        keep = {id(c) for c in found}
+        drop.difference_update(keep)
+        for k, line in enumerate(a):
+            cache0[line0 + k] = line
+        for k, line in enumerate(b):
+            cache1[line0 + dl + k] = line
+    if drop:
+        changes[:] = [c for c in changes if id(c) not in drop]
