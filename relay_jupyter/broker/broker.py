@@ -1,0 +1,211 @@
+"""The Broker: the one object that holds the enforcement boundary's parts.
+
+    broker = Broker.open(BrokerConfig())          # SQLite store + JSON-lines audit under the data dir
+    broker = Broker.open(BrokerConfig(in_memory=True))   # tests, benchmarks
+    body = await broker.dispatch(caller, b'{"jsonrpc":"2.0",...}')
+
+Attributes other layers use: ``store, audit, grants (GrantBook), ledger (BudgetLedger), gate (Gate),
+pricing, events (EventBus), permissions (PermissionRouter), kernel_bridge (KernelBridge), config,
+metrics``; optional slots ``runs, mcp, workspace_tools, checkpoints`` start as None and are wired by
+those components when they are installed (a method that needs a missing one answers UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..core.budgets import BudgetLedger
+from ..core.caller import Caller, CallerKind
+from ..core.errors import Code, ConfigRefusal, GateRefusal
+from ..core.gate import Gate
+from ..core.grants import GrantBook
+from ..core.memory import (
+    MemoryAuditSink,
+    MemoryEventStore,
+    MemoryGrantStore,
+    MemoryLedger,
+    MemoryRunJournal,
+)
+from ..core.pricing import Pricing
+from .config import BrokerConfig
+from .dispatch import dispatch
+from .events import EventBus
+from .kernel_bridge import KernelBridge
+from .metrics import BrokerMetrics, CountingAudit
+from .permissions import MemoryTrust, PermissionRouter
+from .registry import METHODS
+
+__all__ = ["Broker", "METHOD_MODULES", "load_methods", "require", "target_origin"]
+
+log = logging.getLogger("relay_jupyter.broker")
+
+#: Modules that register RPC methods. Missing ones (a component not built yet) are skipped.
+METHOD_MODULES: tuple[str, ...] = (
+    "relay_jupyter.broker.control",
+    "relay_jupyter.broker.tools_methods",
+    "relay_jupyter.broker.runs",
+    "relay_jupyter.broker.workspace_methods",
+)
+
+
+def load_methods() -> list[str]:
+    """Import every method module that exists; return the names of those loaded."""
+    loaded = []
+    for name in METHOD_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a real missing dependency inside the module: do not hide it
+                raise
+            continue
+        loaded.append(name)
+    return loaded
+
+
+class Broker:
+    """Holds every part of the broker; see the module docstring."""
+
+    def __init__(self, config: BrokerConfig, *, store: Any, audit: Any) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = BrokerMetrics(lambda: set(METHODS))
+        self.audit = CountingAudit(audit, self.metrics)
+        self.pricing = Pricing(config.pricing or None)
+        self.grants = GrantBook(store)
+        self.ledger = BudgetLedger(store)
+        self.gate = Gate(grants=self.grants, ledger=self.ledger, audit=self.audit, pricing=self.pricing,
+                         consent_timeout=config.consent_timeout)
+        self.events = EventBus(store)
+        trust = store if hasattr(store, "add_trust") else MemoryTrust()
+        self.trust = trust
+        self.permissions = PermissionRouter(self.events, trust=trust, timeout=config.consent_timeout)
+        self.events.run_end_hooks.append(self.permissions.forget_run)
+        self.kernel_bridge = KernelBridge(self.events, timeout=config.kernel_tool_timeout)
+        # wired later by their components
+        self.runs: Any = None
+        self.mcp: Any = None
+        self.workspace_tools: Any = None
+        self.checkpoints: Any = None
+        self.client_tools: Any = None
+        """Optional ``async (caller, origin, conversation, tool, arguments) -> {content, is_error}``: the
+        runtime executor's client-call entry; ``tools.call`` uses it when set."""
+        self.ready = True
+        self.metrics.live(self._live_gauges)
+        load_methods()
+
+    @classmethod
+    def open(cls, config: BrokerConfig) -> Broker:
+        """Build a broker with durable storage (or in-memory ports when ``config.in_memory``)."""
+        if config.in_memory:
+            return cls(config, store=_memory_store(), audit=MemoryAuditSink())
+        from ..storage.audit_log import AuditLog
+        from ..storage.paths import data_dir, ensure_private_dir
+        from ..storage.sqlite import Store
+
+        root = ensure_private_dir(Path(config.data_dir)) if config.data_dir else data_dir()
+        if config.secrets_file is not None:
+            from .config import check_private_file
+
+            check_private_file(Path(config.secrets_file))
+        store = Store.open(root / "relay.db")
+        try:
+            audit = AuditLog(root / "audit.jsonl")
+        except BaseException:
+            store.close()
+            raise
+        return cls(config, store=store, audit=audit)
+
+    async def dispatch(self, caller: Caller, body: bytes) -> bytes | None:
+        """Answer one JSON-RPC body for ``caller`` (see :mod:`relay_jupyter.broker.dispatch`)."""
+        return await dispatch(self, caller, body)
+
+    def prune_events(self) -> int:
+        """Apply event retention (age and count) when the store supports it."""
+        prune = getattr(self.store, "prune_events", None)
+        if prune is None:
+            return 0
+        return prune(self.config.event_retention_seconds, self.config.event_retention_count)
+
+    def _live_gauges(self) -> dict[str, float]:
+        active = len(self.events.active_runs)
+        if self.runs is not None and hasattr(self.runs, "active_runs"):
+            try:
+                active = len(self.runs.active_runs())
+            except Exception:  # a metric must never break a scrape
+                log.debug("active_runs failed", exc_info=True)
+        return {
+            "relay_active_runs": active,
+            "relay_event_lag_events": self.events.max_lag(),
+            "relay_sse_subscribers": self.events.subscribers,
+            "relay_last_event_id": self.events.last_event_id(),
+            "relay_pending_permissions": len(self.permissions._pending),
+        }
+
+    def close(self) -> None:
+        """Deny pending permission requests and close the store and audit log."""
+        self.ready = False
+        self.permissions.deny_all(answered_by="shutdown")
+        for part in (self.audit, self.store):
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
+
+
+def _memory_store() -> Any:
+    return _Combined()
+
+
+class _Combined:
+    """In-memory ports combined into one store object (the shape of the SQLite ``Store``)."""
+
+    def __init__(self) -> None:
+        self._grants = MemoryGrantStore()
+        self._ledger = MemoryLedger()
+        self._events = MemoryEventStore()
+        self._journal = MemoryRunJournal()
+        self._trust = MemoryTrust()
+
+    def __getattr__(self, name: str) -> Any:
+        for part in (self._grants, self._ledger, self._events, self._journal, self._trust):
+            if hasattr(part, name):
+                return getattr(part, name)
+        raise AttributeError(name)
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        for run in self._journal.list_runs(limit=1 << 30):
+            if run["run_id"] == run_id:
+                return run
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def require(component: Any, what: str) -> Any:
+    """Return ``component`` or refuse with UNAVAILABLE naming ``what``."""
+    if component is None:
+        raise ConfigRefusal(Code.UNAVAILABLE, f"{what} is not available in this relay server")
+    return component
+
+
+def target_origin(caller: Caller, requested: str | None) -> str:
+    """The origin a control method acts on.
+
+    A browser session must name one (it acts for every origin of its server); a kernel or daemon
+    client acts for its own origin, and naming any other is refused.
+
+    Raises:
+        GateRefusal: UNAUTHORIZED.
+    """
+    if caller.kind is CallerKind.BROWSER:
+        if not requested:
+            raise GateRefusal(Code.UNAUTHORIZED, "name the origin (notebook) to act on")
+        return requested
+    if caller.origin is None:
+        raise GateRefusal(Code.UNAUTHORIZED, "this client has no origin")
+    if requested is not None and requested != caller.origin:
+        raise GateRefusal(Code.UNAUTHORIZED, "a notebook may only act on its own grants, runs and trust")
+    return caller.origin

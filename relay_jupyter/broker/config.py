@@ -1,0 +1,107 @@
+"""Broker configuration: one pydantic model built at the edge (traitlets in ``server/app.py``,
+command-line flags in the daemon) and handed to :class:`relay_jupyter.broker.broker.Broker`.
+
+Secrets are ``SecretStr`` so that a ``repr``, a log line or a ``model_dump`` never shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from ..core.errors import Code, ConfigRefusal
+
+__all__ = ["BrokerConfig", "DEFAULT_SECRET_ENV_VARS", "check_private_file"]
+
+#: Environment variables never handed to a kernel: model keys and every Jupyter/JupyterHub token.
+DEFAULT_SECRET_ENV_VARS: tuple[str, ...] = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "RELAY_OPENAI_API_KEY",
+    "RELAY_ANTHROPIC_API_KEY",
+    "RELAY_TOKEN",
+    "JUPYTER_TOKEN",
+    "JUPYTER_PASSWORD",
+    "JPY_API_TOKEN",
+    "JUPYTERHUB_API_TOKEN",
+)
+
+
+def check_private_file(path: Path) -> Path:
+    """Refuse a secrets file that another user could read or write.
+
+    Raises:
+        ConfigRefusal: CONFIG_INVALID when the file is missing, not a regular file, or group/world accessible.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"secrets file {path} does not exist") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"secrets file {path} is not a regular file")
+    if st.st_mode & 0o077:
+        raise ConfigRefusal(
+            Code.CONFIG_INVALID,
+            f"secrets file {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"run: chmod 600 {path}",
+        )
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"secrets file {path} is owned by another user")
+    return path
+
+
+class BrokerConfig(BaseModel):
+    """Everything the broker needs to know, with safe defaults (every wait finite)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path | None = None
+    """Where the SQLite store and audit log live; None = ``<jupyter data dir>/relay``."""
+    in_memory: bool = False
+    """Use the in-memory ports (tests, benchmarks); nothing is written to disk."""
+    consent_timeout: float = Field(300.0, gt=0, le=86_400)
+    """Seconds a permission request waits for its originator before it is denied (PERMISSION_TIMEOUT)."""
+    kernel_tool_timeout: float = Field(60.0, gt=0, le=3_600)
+    """Seconds the broker waits for a kernel to answer a kernel-tool request."""
+    heartbeat_interval: float = Field(15.0, gt=0, le=3_600)
+    """Seconds between SSE heartbeat comments."""
+    event_retention_seconds: float = Field(7 * 86_400.0, gt=0)
+    event_retention_count: int = Field(1_000_000, gt=0)
+    max_body_bytes: int = Field(1 << 20, gt=0)
+    """Largest RPC body accepted; larger gets HTTP 413 before it is read whole."""
+    sse_queue_size: int = Field(2_000, gt=0)
+    """Events buffered per live subscriber; a subscriber further behind is disconnected."""
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    secrets_file: Path | None = None
+    """A 0600 file with keys (read by ``backends/keys.py``); refused when group/world accessible."""
+    mcp_config_path: Path | None = None
+    pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Per-model price overrides (USD per million tokens), merged over the defaults."""
+    default_model: str = "claude-sonnet-4-5"
+    default_backend: Literal["anthropic", "openai"] = "anthropic"
+    allowed_models: tuple[str, ...] = ()
+    """Models the broker allows at all ('' = every model a grant names)."""
+    default_tools: tuple[str, ...] = ("list_variables", "describe_dataframe")
+    """Tools a connect card proposes by default."""
+    headless_policy: Literal["deny", "allow_reads"] = "deny"
+    """What a kernel with no human should do with a write (the kernel side applies it)."""
+    secret_env_vars: tuple[str, ...] = DEFAULT_SECRET_ENV_VARS
+    """Environment variables scrubbed from every kernel's environment."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Settings of components wired later (runtime, MCP), passed through untouched."""
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret value (to scrub from kernel environments by value). Never log these."""
+        out = []
+        for secret in (self.anthropic_api_key, self.openai_api_key):
+            if secret is not None and secret.get_secret_value():
+                out.append(secret.get_secret_value())
+        return out

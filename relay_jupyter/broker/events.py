@@ -1,0 +1,204 @@
+"""The event bus: every event is appended to the durable store, then fanned out to live subscribers.
+
+Visibility (who may see an event) is decided here, once, for replay and live delivery alike:
+
+- ``event.origin is None``: a broadcast, everyone authenticated sees it;
+- otherwise only callers acting as that origin (its kernels, a daemon client of that name) and
+  browser sessions of the user who owns the origin (on a Jupyter server: its one user).
+
+Each live subscriber has a bounded buffer (:class:`Subscription`). Fan-out never blocks and never
+grows memory: when a buffer is full the subscriber is marked overflowed and its ``on_overflow``
+callback closes the connection; the client reconnects with ``since`` and replays from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..core.caller import Caller, CallerKind
+from ..core.ports import EventStore
+from ..core.types import Event
+from ..protocol.names import TERMINAL_EVENTS, EventType
+from ..protocol.sse import encode_event
+
+__all__ = ["EventBus", "Subscription", "can_see"]
+
+
+def can_see(caller: Caller, event: Event) -> bool:
+    """True when ``caller`` may see ``event`` (rules in the module docstring)."""
+    if event.origin is None:
+        return True
+    if caller.kind is CallerKind.BROWSER:
+        # A browser session is authenticated by Jupyter as the server's user, who owns every origin
+        # of this server (a JupyterHub gives each user their own server).
+        return True
+    return caller.origin is not None and caller.origin == event.origin
+
+
+class Subscription:
+    """One live subscriber: a bounded FIFO of encoded frames plus a wake-up signal.
+
+    The producer side (:meth:`offer`) runs on the event loop and never blocks. The consumer
+    (the SSE handler) awaits :meth:`wait` and takes everything buffered with :meth:`drain`, so a
+    burst of events becomes one socket write (coalescing).
+    """
+
+    def __init__(self, caller: Caller, maxsize: int, on_overflow: Callable[[], None] | None = None) -> None:
+        self.caller = caller
+        self.maxsize = maxsize
+        self.on_overflow = on_overflow
+        self.overflowed = False
+        self.closed = False
+        self.last_id = 0
+        """Id of the newest event handed to the consumer (for the lag metric and de-duplication)."""
+        self._frames: deque[tuple[int, bytes]] = deque()
+        self._wakeup = asyncio.Event()
+
+    def offer(self, event_id: int, frame: bytes) -> None:
+        """Buffer one frame; overflow marks the subscription and calls ``on_overflow`` once."""
+        if self.closed or self.overflowed:
+            return
+        if len(self._frames) >= self.maxsize:
+            self.overflowed = True
+            self._frames.clear()  # memory is freed now, not when the handler notices
+            self._wakeup.set()
+            if self.on_overflow is not None:
+                self.on_overflow()
+            return
+        self._frames.append((event_id, frame))
+        self._wakeup.set()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait until a frame is buffered (or overflow/close). False on timeout."""
+        if self._frames or self.overflowed or self.closed:
+            return True
+        self._wakeup.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._wakeup.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def drain(self) -> list[tuple[int, bytes]]:
+        """Take every buffered (id, frame), oldest first."""
+        frames = list(self._frames)
+        self._frames.clear()
+        self._wakeup.clear()
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._frames)
+
+
+class EventBus:
+    """Append events durably and deliver them to live subscribers that may see them."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._subscribers: set[Subscription] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self.active_runs: set[str] = set()
+        """Runs that emitted ``run.started`` and no terminal event yet (a metric)."""
+        self.appended = 0
+        self.disconnects: dict[str, int] = {}
+        self.run_end_hooks: list[Callable[[str], None]] = []
+        """Called with the run id when a run's terminal event passes (e.g. drop run-scoped allows)."""
+
+    # -- producing ---------------------------------------------------------------------------------
+
+    def append(self, type: str, data: dict[str, Any] | None = None, *, origin: str | None = None,
+               run_id: str | None = None) -> Event:
+        """Store one event and deliver it. Returns the stored event (with its id).
+
+        May be called from a worker thread: delivery is then scheduled onto the bus's loop.
+        """
+        event = self.store.append_event(type, dict(data or {}), origin=origin, run_id=run_id)
+        self._deliver([event])
+        return event
+
+    def append_many(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]) -> list[Event]:
+        """Store a batch of (type, data, origin, run_id) in one transaction and deliver it."""
+        events = self.store.append_events(items)
+        self._deliver(events)
+        return events
+
+    def _deliver(self, events: list[Event]) -> None:
+        self.appended += len(events)
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._fanout, events)
+        else:
+            self._fanout(events)
+
+    def _fanout(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self._track_run(event)
+            if not self._subscribers:
+                continue
+            frame: bytes | None = None  # encoded at most once, shared by every subscriber
+            for sub in list(self._subscribers):
+                if can_see(sub.caller, event):
+                    if frame is None:
+                        frame = encode_event(event)
+                    sub.offer(event.id, frame)
+
+    def _track_run(self, event: Event) -> None:
+        if event.run_id is None:
+            return
+        if event.type == EventType.RUN_STARTED:
+            self.active_runs.add(event.run_id)
+        elif event.type in TERMINAL_EVENTS:
+            self.active_runs.discard(event.run_id)
+            for hook in self.run_end_hooks:
+                hook(event.run_id)
+
+    # -- consuming ---------------------------------------------------------------------------------
+
+    def subscribe(self, caller: Caller, *, maxsize: int, on_overflow: Callable[[], None] | None = None
+                  ) -> Subscription:
+        """Register a live subscriber. Must be called on the event loop that serves it."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop, self._loop_thread = loop, threading.get_ident()
+        sub = Subscription(caller, maxsize, on_overflow)
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription, reason: str = "closed") -> None:
+        """Forget a subscriber (idempotent); ``reason`` is counted for the metrics."""
+        if sub in self._subscribers:
+            self._subscribers.discard(sub)
+            self.disconnects[reason] = self.disconnects.get(reason, 0) + 1
+        sub.closed = True
+
+    def replay_frames(self, caller: Caller, since: int, *, limit: int) -> tuple[int, bytes, bool]:
+        """One page of replay: ``(next_since, frames, done)`` with the SSE frames of stored events
+        after ``since`` that ``caller`` may see. Uses the store's SQL-filtered ``replay_sse`` when it
+        has one (the SQLite store), else filters ``events_since`` here."""
+        origins = None if caller.kind is CallerKind.BROWSER else ([caller.origin] if caller.origin else [])
+        replay_sse = getattr(self.store, "replay_sse", None)
+        if replay_sse is not None:
+            last, frames = replay_sse(since, limit=limit, origins=origins)
+            return last, frames, not frames
+        rows = self.store.events_since(since, limit=limit)
+        if not rows:
+            return since, b"", True
+        frames = b"".join(encode_event(e) for e in rows if can_see(caller, e))
+        return rows[-1].id, frames, False
+
+    def last_event_id(self) -> int:
+        return self.store.last_event_id()
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def max_lag(self) -> int:
+        """Events appended but not yet handed to the slowest live subscriber (buffered frames)."""
+        return max((s.pending for s in self._subscribers), default=0)

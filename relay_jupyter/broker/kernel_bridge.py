@@ -1,0 +1,156 @@
+"""Kernel tools: the broker asks the *originating* kernel to run a tool and waits for its answer.
+
+The broker emits ``kernel.tool_request`` (visible only to that origin) naming the kernel client
+that must answer; that kernel calls ``kernel.tool_result``. An answer from any other client is
+refused with ``NOT_ORIGINATOR``; a second answer with ``CONFLICT``; no answer within the timeout
+becomes an error *result* (a tool failure, reported to the model), never a hang.
+
+Classes: ``list_variables`` and ``describe_dataframe`` only read the kernel's namespace (READ);
+``propose_cell`` and ``run_code`` change what the user's kernel does (WRITE, always consent:
+code run in the kernel is the user, DESIGN.md §1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.caller import Caller
+from ..core.errors import Code, RoutingRefusal
+from ..core.types import ToolClass, ToolSpec
+from ..protocol.names import EventType
+from .events import EventBus
+
+__all__ = ["KernelBridge", "KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS"]
+
+#: Longest kernel-tool result kept (characters); longer content is cut with a marker.
+MAX_RESULT_CHARS = 200_000
+
+KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="list_variables",
+        description="List the variables in the notebook's kernel namespace with their types and short reprs.",
+        input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+        tool_class=ToolClass.READ,
+        parallel_safe=True,
+    ),
+    ToolSpec(
+        name="describe_dataframe",
+        description="Describe a pandas DataFrame in the kernel: shape, dtypes, head and summary statistics.",
+        input_schema={
+            "type": "object",
+            "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 200}},
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+        tool_class=ToolClass.READ,
+        parallel_safe=True,
+    ),
+    ToolSpec(
+        name="propose_cell",
+        description="Propose a new code cell to the user; it is inserted below the agent cell, not run.",
+        input_schema={
+            "type": "object",
+            "properties": {"code": {"type": "string", "maxLength": 100_000}},
+            "required": ["code"],
+            "additionalProperties": False,
+        },
+        tool_class=ToolClass.WRITE,
+    ),
+    ToolSpec(
+        name="run_code",
+        description="Run Python code in the notebook's kernel and return its output.",
+        input_schema={
+            "type": "object",
+            "properties": {"code": {"type": "string", "maxLength": 100_000}},
+            "required": ["code"],
+            "additionalProperties": False,
+        },
+        tool_class=ToolClass.WRITE,
+    ),
+)
+
+
+@dataclass
+class _Waiting:
+    origin: str
+    client_id: str
+    future: asyncio.Future[dict[str, Any]]
+
+
+class KernelBridge:
+    """Send kernel-tool requests to the originating kernel and route its answers back."""
+
+    def __init__(self, events: EventBus, *, timeout: float = 60.0) -> None:
+        if not timeout > 0:
+            raise ValueError("kernel tool timeout must be positive and finite")
+        self.events = events
+        self.timeout = timeout
+        self._waiting: dict[str, _Waiting] = {}
+        self._ended: OrderedDict[str, None] = OrderedDict()
+
+    def specs(self) -> list[ToolSpec]:
+        """The kernel tools, with their safety classes."""
+        return list(KERNEL_TOOL_SPECS)
+
+    def spec(self, name: str) -> ToolSpec | None:
+        return next((s for s in KERNEL_TOOL_SPECS if s.name == name), None)
+
+    async def call(self, origin: str, client_id: str, tool: str, arguments: dict[str, Any], *,
+                   run_id: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """Ask kernel ``client_id`` (of ``origin``) to run ``tool``; return ``{content, is_error}``.
+
+        Raises:
+            RoutingRefusal: UNKNOWN_TOOL for a name that is not a kernel tool.
+        """
+        if self.spec(tool) is None:
+            raise RoutingRefusal(Code.UNKNOWN_TOOL, f"{tool!r} is not a kernel tool")
+        request_id = f"kt_{secrets.token_hex(8)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = _Waiting(origin, client_id, future)
+        try:
+            self.events.append(
+                EventType.KERNEL_TOOL_REQUEST,
+                {"request_id": request_id, "run_id": run_id, "tool": tool, "arguments": arguments,
+                 "client_id": client_id},
+                origin=origin, run_id=run_id,
+            )
+            limit = self.timeout if timeout is None else timeout
+            try:
+                async with asyncio.timeout(limit):
+                    return await asyncio.shield(future)
+            except TimeoutError:
+                if future.done():
+                    return future.result()
+                return {"content": f"the kernel did not answer {tool} within {limit:g} s", "is_error": True}
+        finally:
+            self._waiting.pop(request_id, None)
+            self._ended[request_id] = None
+            while len(self._ended) > 10_000:
+                self._ended.popitem(last=False)
+
+    def deliver(self, caller: Caller, request_id: str, content: Any, is_error: bool) -> None:
+        """Hand a kernel's answer to the waiting call.
+
+        Raises:
+            RoutingRefusal: NOT_FOUND, CONFLICT (already answered or timed out), NOT_ORIGINATOR.
+        """
+        waiting = self._waiting.get(request_id)
+        if waiting is None:
+            if request_id in self._ended:
+                raise RoutingRefusal(Code.CONFLICT, f"kernel tool request {request_id} has already ended")
+            raise RoutingRefusal(Code.NOT_FOUND, f"no kernel tool request {request_id}")
+        if caller.client_id != waiting.client_id or caller.origin != waiting.origin:
+            raise RoutingRefusal(Code.NOT_ORIGINATOR, "only the kernel that was asked can answer this tool request")
+        if waiting.future.done():
+            raise RoutingRefusal(Code.CONFLICT, f"kernel tool request {request_id} has already been answered")
+        if isinstance(content, str) and len(content) > MAX_RESULT_CHARS:
+            content = content[:MAX_RESULT_CHARS] + f"\n[... cut at {MAX_RESULT_CHARS} characters]"
+        waiting.future.set_result({"content": content, "is_error": bool(is_error)})
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)

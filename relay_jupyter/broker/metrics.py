@@ -1,0 +1,91 @@
+"""Prometheus metrics of one broker (its own registry, so two brokers in one process stay apart).
+
+Counters never carry a caller-chosen string as a label value: an unknown RPC method is counted as
+``_unknown`` so a hostile client cannot grow the label set. Nothing secret is ever a label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..core.ports import AuditSink
+from ..core.types import AuditRecord
+
+__all__ = ["BrokerMetrics", "CountingAudit", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _LiveGauges(Collector):
+    """Gauges computed at scrape time from the broker's live state."""
+
+    def __init__(self, read: Callable[[], dict[str, float]]) -> None:
+        self._read = read
+
+    def collect(self):  # type: ignore[override]
+        values = self._read()
+        for name, help_text in (
+            ("relay_active_runs", "Runs started and not yet finished."),
+            ("relay_event_lag_events", "Events buffered for the slowest live SSE subscriber."),
+            ("relay_sse_subscribers", "Live SSE subscribers."),
+            ("relay_last_event_id", "Id of the newest stored event."),
+            ("relay_pending_permissions", "Permission requests waiting for an answer."),
+        ):
+            yield GaugeMetricFamily(name, help_text, value=float(values.get(name, 0.0)))
+
+
+class BrokerMetrics:
+    """The counters the handlers and the gate update, and the scrape output."""
+
+    def __init__(self, known_methods: Callable[[], set[str]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._known = known_methods
+        self.requests = Counter("relay_rpc_requests", "JSON-RPC requests by method and outcome.",
+                                ["method", "outcome"], registry=self.registry)
+        self.decisions = Counter("relay_decisions", "Gate decisions by decision and refusal code.",
+                                 ["decision", "code"], registry=self.registry)
+        self.http = Counter("relay_http_requests", "HTTP requests to relay endpoints by endpoint and status.",
+                            ["endpoint", "status"], registry=self.registry)
+        self.sse_disconnects = Counter("relay_sse_disconnects", "SSE subscribers disconnected, by reason.",
+                                       ["reason"], registry=self.registry)
+        self.events_sent = Counter("relay_sse_events_sent", "Events written to SSE subscribers.",
+                                   registry=self.registry)
+        self._live: _LiveGauges | None = None
+
+    def live(self, read: Callable[[], dict[str, float]]) -> None:
+        """Install the scrape-time gauges (once)."""
+        if self._live is None:
+            self._live = _LiveGauges(read)
+            self.registry.register(self._live)
+
+    def rpc(self, method: str, outcome: str) -> None:
+        """Count one RPC request; unknown method names collapse into one label value."""
+        self.requests.labels(method if method in self._known() else "_unknown", outcome).inc()
+
+    def render(self) -> bytes:
+        """Prometheus text exposition."""
+        return generate_latest(self.registry)
+
+
+class CountingAudit:
+    """An ``AuditSink`` wrapper that counts every decision for the metrics, then delegates."""
+
+    def __init__(self, inner: AuditSink, metrics: BrokerMetrics) -> None:
+        self.inner = inner
+        self._metrics = metrics
+
+    def append(self, record: AuditRecord) -> AuditRecord:
+        stored = self.inner.append(record)
+        self._metrics.decisions.labels(record.decision, record.code or "").inc()
+        return stored
+
+    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
+        return self.inner.tail(n, origin=origin)
+
+    def __getattr__(self, name: str):
+        # sync(), close(), ... of the durable audit log pass through
+        return getattr(self.inner, name)

@@ -1,0 +1,259 @@
+"""Permission routing: the ``ConsentPort`` of ASK mode (seed 001 §2, DESIGN.md §3).
+
+A permission request is answered by its *originator* only (the client whose request started the
+run); an authenticated browser session of the user owning the origin may answer too (the side
+panel). Anyone else gets ``NOT_ORIGINATOR``. "Exactly one answer wins" is structural: the check
+and the resolution happen in one synchronous step on the event loop, and a request that has ended
+(answered, timed out, cancelled) refuses every later answer with ``CONFLICT`` — never a second
+execution.
+
+Scopes of an ALLOW:
+
+- ``once``: this call only;
+- ``run``: the same tool in the same run is allowed without asking again (kept in memory);
+- ``notebook``: saved trust for (origin, tool) bound to the tool's digest — a changed tool (new
+  description, schema or server command) asks again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.caller import Caller, CallerKind
+from ..core.errors import Code, RoutingRefusal
+from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, ConsentScope
+from ..protocol.names import EventType
+from .events import EventBus
+
+__all__ = ["PermissionRouter", "TrustBook", "MemoryTrust", "PendingPermission"]
+
+_ENDED_KEEP = 10_000  # ended request ids remembered so a late answer gets CONFLICT, not NOT_FOUND
+
+
+class TrustBook(Protocol):
+    """Saved "always allow for this notebook" trust (the Store implements these names)."""
+
+    def add_trust(self, origin: str, tool: str, digest: str) -> None: ...
+    def has_trust(self, origin: str, tool: str, digest: str) -> bool: ...
+    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]: ...
+    def revoke_trust(self, origin: str, tool: str | None = None) -> int | bool: ...
+
+
+class MemoryTrust:
+    """In-memory :class:`TrustBook` for brokers without a durable store."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str], dict[str, Any]] = {}
+        self._clock = clock
+
+    def add_trust(self, origin: str, tool: str, digest: str) -> None:
+        with self._lock:
+            self._rows[(origin, tool)] = {"origin": origin, "tool": tool, "digest": digest,
+                                          "created_at": self._clock()}
+
+    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
+        with self._lock:
+            row = self._rows.get((origin, tool))
+            return row is not None and row["digest"] == digest
+
+    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for k, r in sorted(self._rows.items()) if origin is None or k[0] == origin]
+
+    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
+        with self._lock:
+            keys = [k for k in self._rows if k[0] == origin and (tool is None or k[1] == tool)]
+            for k in keys:
+                del self._rows[k]
+            return len(keys)
+
+
+@dataclass
+class PendingPermission:
+    """A permission request waiting for its answer."""
+
+    request: ConsentRequest
+    originator: str | None
+    origin: str
+    event_id: int
+    future: asyncio.Future[ConsentResult]
+    created_at: float
+    ended: bool = False
+    outcome: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+
+def may_act_for(caller: Caller, origin: str | None) -> bool:
+    """A browser session acts for every origin of its server; others only for their own origin."""
+    if caller.kind is CallerKind.BROWSER:
+        return True
+    return origin is not None and caller.origin == origin
+
+
+class PermissionRouter:
+    """Routes consent requests to their originator and waits, finitely, for the answer."""
+
+    def __init__(self, events: EventBus, *, trust: TrustBook, timeout: float = 300.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not timeout > 0:
+            raise ValueError("permission timeout must be positive and finite")
+        self.events = events
+        self.trust = trust
+        self.timeout = timeout
+        self.clock = clock
+        self._pending: dict[str, PendingPermission] = {}
+        self._ended: OrderedDict[str, str] = OrderedDict()
+        self._run_allows: dict[str, set[str]] = {}
+        """run_id -> tool names allowed for the rest of that run (scope=run)."""
+
+    # -- the ConsentPort ---------------------------------------------------------------------------
+
+    async def ask(self, request: ConsentRequest) -> ConsentResult:
+        """Decide a write: remembered run scope or saved trust first, else ask the originator."""
+        req = request.request
+        if req.run_id is not None and req.tool.name in self._run_allows.get(req.run_id, ()):
+            return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.RUN, answered_by="scope:run")
+        if self.trust.has_trust(req.origin, req.tool.name, req.tool.digest):
+            return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.NOTEBOOK,
+                                 answered_by="trust:notebook")
+        now = self.clock()
+        deadline = min(request.deadline, now + self.timeout)
+        request_id = request.request_id or f"pr_{secrets.token_hex(8)}"
+        if request_id in self._pending or request_id in self._ended:
+            raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} already exists")
+        payload = {
+            "request_id": request_id,
+            "originator": req.originator,
+            "origin": req.origin,
+            "run_id": req.run_id,
+            "call_id": req.call_id,
+            "conversation": req.conversation,
+            "tool": req.tool.name,
+            "server": req.tool.server,
+            "tool_class": req.tool.tool_class.value,
+            "description": req.tool.description,
+            "arguments": req.arguments,
+            "reasons": list(req.reasons),
+            "preview": req.preview,
+            "deadline": deadline,
+        }
+        event = self.events.append(EventType.PERMISSION_REQUEST, payload, origin=req.origin, run_id=req.run_id)
+        future: asyncio.Future[ConsentResult] = asyncio.get_running_loop().create_future()
+        pending = PendingPermission(request=request, originator=req.originator, origin=req.origin,
+                                    event_id=event.id, future=future, created_at=now, payload=payload)
+        self._pending[request_id] = pending
+        try:
+            async with asyncio.timeout(max(0.0, deadline - self.clock())):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            if future.done():  # answered in the same tick the timer fired: the answer stands
+                return future.result()
+            self._end(pending, "timeout")
+            self.events.append(EventType.PERMISSION_TIMEOUT, {"request_id": request_id}, origin=req.origin,
+                               run_id=req.run_id)
+            return ConsentResult(decision=ConsentDecision.TIMEOUT, answered_by="timeout",
+                                 reason=f"no answer within {deadline - now:.0f} s")
+        except asyncio.CancelledError:
+            if not pending.ended:
+                self._end(pending, "cancelled")
+                self.events.append(EventType.PERMISSION_RESOLVED,
+                                   {"request_id": request_id, "decision": "cancelled", "scope": "once",
+                                    "answered_by": None, "answered_at": self.clock()},
+                                   origin=req.origin, run_id=req.run_id)
+            raise
+
+    # -- answers -----------------------------------------------------------------------------------
+
+    def answer(self, caller: Caller, request_id: str, decision: ConsentDecision, scope: ConsentScope
+               ) -> ConsentResult:
+        """Resolve a pending request for ``caller``.
+
+        Raises:
+            RoutingRefusal: NOT_FOUND (unknown id), CONFLICT (already ended), NOT_ORIGINATOR.
+        """
+        if decision not in (ConsentDecision.ALLOW, ConsentDecision.DENY):
+            raise RoutingRefusal(Code.CONFLICT, "an answer is allow or deny")
+        pending = self._pending.get(request_id)
+        if pending is None:
+            ended = self._ended.get(request_id)
+            if ended is not None:
+                raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} has already ended ({ended})")
+            raise RoutingRefusal(Code.NOT_FOUND, f"no permission request {request_id}")
+        if not self._may_answer(caller, pending):
+            raise RoutingRefusal(Code.NOT_ORIGINATOR,
+                                 "only the notebook that started this run can answer its permission request")
+        if pending.ended or pending.future.done():
+            raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} has already ended")
+        result = ConsentResult(decision=decision, scope=scope if decision is ConsentDecision.ALLOW else
+                               ConsentScope.ONCE, answered_by=caller.client_id, answered_at=self.clock())
+        # Resolution is synchronous from here on: a second answer, arriving in any later tick, sees ended.
+        self._end(pending, decision.value)
+        pending.future.set_result(result)
+        if result.decision is ConsentDecision.ALLOW:
+            self._remember(pending, result.scope)
+        self.events.append(EventType.PERMISSION_RESOLVED,
+                           {"request_id": request_id, "decision": result.decision.value,
+                            "scope": result.scope.value, "answered_by": result.answered_by,
+                            "answered_at": result.answered_at},
+                           origin=pending.origin, run_id=pending.request.request.run_id)
+        return result
+
+    def _may_answer(self, caller: Caller, pending: PendingPermission) -> bool:
+        if caller.kind is CallerKind.BROWSER:
+            return may_act_for(caller, pending.origin)
+        return pending.originator is not None and caller.client_id == pending.originator
+
+    def _remember(self, pending: PendingPermission, scope: ConsentScope) -> None:
+        req = pending.request.request
+        if scope is ConsentScope.RUN and req.run_id is not None:
+            self._run_allows.setdefault(req.run_id, set()).add(req.tool.name)
+        elif scope is ConsentScope.NOTEBOOK:
+            self.trust.add_trust(req.origin, req.tool.name, req.tool.digest)
+
+    def _end(self, pending: PendingPermission, outcome: str) -> None:
+        pending.ended = True
+        pending.outcome = outcome
+        self._pending.pop(pending.request_id, None)
+        self._ended[pending.request_id] = outcome
+        while len(self._ended) > _ENDED_KEEP:
+            self._ended.popitem(last=False)
+
+    # -- queries and bulk actions ------------------------------------------------------------------
+
+    def pending_for(self, caller: Caller) -> list[PendingPermission]:
+        """Pending requests ``caller`` may answer, oldest first."""
+        return sorted((p for p in self._pending.values() if self._may_answer(caller, p)),
+                      key=lambda p: p.event_id)
+
+    def deny_all(self, origin: str | None = None, *, answered_by: str = "kill") -> int:
+        """Deny every pending request (of ``origin`` when given). Returns how many."""
+        count = 0
+        for pending in list(self._pending.values()):
+            if origin is not None and pending.origin != origin:
+                continue
+            result = ConsentResult(decision=ConsentDecision.DENY, answered_by=answered_by, answered_at=self.clock())
+            self._end(pending, "deny")
+            if not pending.future.done():
+                pending.future.set_result(result)
+            self.events.append(EventType.PERMISSION_RESOLVED,
+                               {"request_id": pending.request_id, "decision": "deny", "scope": "once",
+                                "answered_by": answered_by, "answered_at": result.answered_at},
+                               origin=pending.origin, run_id=pending.request.request.run_id)
+            count += 1
+        return count
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop the run-scoped allows of a finished run."""
+        self._run_allows.pop(run_id, None)

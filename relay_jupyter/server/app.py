@@ -1,0 +1,133 @@
+"""The Jupyter server extension: ``RelayApp`` builds the broker from ``c.RelayApp.*`` and mounts the
+relay handlers under ``{base_url}relay/``.
+
+Enabled on install by ``jupyter-config/server-config/relay_jupyter.json`` (shared-data to
+``etc/jupyter/jupyter_server_config.d``); see docs/architecture.md for editable installs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.utils import url_path_join
+from tornado.ioloop import PeriodicCallback
+from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
+
+from ..broker.broker import Broker
+from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
+from .handlers import relay_handlers
+from .kernel_auth import KernelCredentials, install_kernel_env_hook
+
+__all__ = ["RelayApp"]
+
+_PRUNE_EVERY_MS = 3_600_000
+
+
+class RelayApp(ExtensionApp):
+    """relay-jupyter: the broker (enforcement boundary) inside the Jupyter server."""
+
+    name = "relay_jupyter"
+    description = "A safe AI agent in Jupyter: the broker that gates every tool call."
+    load_other_extensions = True
+
+    consent_timeout = Float(300.0, config=True, help="Seconds a permission request waits before it is denied.")
+    kernel_tool_timeout = Float(60.0, config=True, help="Seconds to wait for a kernel to answer a kernel tool.")
+    heartbeat_interval = Float(15.0, config=True, help="Seconds between SSE heartbeat comments.")
+    event_retention_seconds = Float(7 * 86_400.0, config=True, help="Events older than this are pruned.")
+    event_retention_count = Integer(1_000_000, config=True, help="At most this many events are kept.")
+    max_body_bytes = Integer(1 << 20, config=True, help="Largest RPC body; larger gets HTTP 413.")
+    sse_queue_size = Integer(2_000, config=True, help="Events buffered per SSE subscriber before it is dropped.")
+    anthropic_api_key = Unicode("", config=True,
+                                help="Anthropic API key (else the secrets file or ANTHROPIC_API_KEY). Never "
+                                     "given to a kernel.")
+    anthropic_base_url = Unicode("", config=True, help="Anthropic API base URL (tests, proxies).")
+    openai_base_url = Unicode("", config=True,
+                              help="OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio), e.g. "
+                                   "http://127.0.0.1:11434/v1")
+    openai_api_key = Unicode("", config=True, help="Key for the OpenAI-compatible server, if it needs one.")
+    secrets_file = Unicode("", config=True, help="A 0600 file holding keys; refused when others can read it.")
+    mcp_config_path = Unicode("", config=True, help="Path of mcp.json (MCP servers to connect).")
+    pricing = Dict(config=True, help="Per-model price overrides, USD per million tokens: "
+                                      "{model: {input, output, cache_write, cache_read}}.")
+    default_model = Unicode("claude-sonnet-4-5", config=True, help="Model used when a run names none.")
+    default_backend = Enum(["anthropic", "openai"], "anthropic", config=True, help="Backend used by default.")
+    allowed_models = List(Unicode(), config=True, help="Models the broker allows at all (empty: any a grant names).")
+    default_tools = List(Unicode(), ["list_variables", "describe_dataframe"], config=True,
+                         help="Tools a connect card proposes by default.")
+    headless_policy = Enum(["deny", "allow_reads"], "deny", config=True,
+                           help="What a kernel without a human does with a write request.")
+    secret_env_vars = List(Unicode(), list(DEFAULT_SECRET_ENV_VARS), config=True,
+                           help="Environment variables removed from every kernel's environment.")
+    data_dir = Unicode("", config=True, help="Where the relay database and audit log live "
+                                             "(default: <jupyter data dir>/relay).")
+    in_memory = Bool(False, config=True, help="Keep grants, events and audit in memory only (tests).")
+
+    def broker_config(self) -> BrokerConfig:
+        """The traitlets as a validated :class:`BrokerConfig`."""
+        return BrokerConfig(
+            data_dir=Path(self.data_dir) if self.data_dir else None,
+            in_memory=self.in_memory,
+            consent_timeout=self.consent_timeout,
+            kernel_tool_timeout=self.kernel_tool_timeout,
+            heartbeat_interval=self.heartbeat_interval,
+            event_retention_seconds=self.event_retention_seconds,
+            event_retention_count=self.event_retention_count,
+            max_body_bytes=self.max_body_bytes,
+            sse_queue_size=self.sse_queue_size,
+            anthropic_api_key=self.anthropic_api_key or None,
+            anthropic_base_url=self.anthropic_base_url or None,
+            openai_base_url=self.openai_base_url or None,
+            openai_api_key=self.openai_api_key or None,
+            secrets_file=Path(self.secrets_file) if self.secrets_file else None,
+            mcp_config_path=Path(self.mcp_config_path) if self.mcp_config_path else None,
+            pricing=dict(self.pricing),
+            default_model=self.default_model,
+            default_backend=self.default_backend,
+            allowed_models=tuple(self.allowed_models),
+            default_tools=tuple(self.default_tools),
+            headless_policy=self.headless_policy,
+            secret_env_vars=tuple(self.secret_env_vars),
+        )
+
+    def _secret_values(self) -> list[str]:
+        values = self.broker.config.secret_values()
+        token = getattr(self.serverapp.identity_provider, "token", "") or ""
+        if token:
+            values.append(token)
+        names = {n.upper() for n in self.broker.config.secret_env_vars}
+        values += [v for k, v in os.environ.items() if k.upper() in names and v]
+        return values
+
+    def _relay_url(self) -> str:
+        return url_path_join(self.serverapp.connection_url, "relay/")
+
+    def initialize_settings(self) -> None:
+        """Build the broker and hook kernel starts (credential + scrubbed environment)."""
+        self.broker = Broker.open(self.broker_config())
+        self.kernel_credentials = KernelCredentials()
+        self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials})
+        install_kernel_env_hook(
+            self.serverapp.kernel_manager, self.kernel_credentials,
+            relay_url=self._relay_url,
+            secret_names=lambda: self.broker.config.secret_env_vars,
+            secret_values=self._secret_values,
+        )
+        self._pruner = PeriodicCallback(self.broker.prune_events, _PRUNE_EVERY_MS)
+        self._pruner.start()
+        self.log.info("relay-jupyter broker ready at %srelay/", self.serverapp.base_url)
+
+    def initialize_handlers(self) -> None:
+        """Mount the relay endpoints under ``{base_url}relay/``."""
+        self.handlers.extend(relay_handlers())
+
+    async def stop_extension(self) -> None:
+        """Deny pending permission requests and close storage."""
+        pruner: Any = getattr(self, "_pruner", None)
+        if pruner is not None:
+            pruner.stop()
+        broker: Broker | None = getattr(self, "broker", None)
+        if broker is not None:
+            broker.close()
