@@ -105,6 +105,8 @@ class FakeAnthropic(ScriptedServer):
         default: what to answer when the queue is empty (default: ``"(fake) no scripted reply"``).
         max_body_bytes: larger request bodies get 413 ``request_too_large``.
         models: ids listed by ``GET /v1/models``.
+        require_version: answer 400 to requests without the ``anthropic-version`` header, as the real
+            API does (the SDK always sends it).
     """
 
     def __init__(
@@ -113,9 +115,11 @@ class FakeAnthropic(ScriptedServer):
         default: Reply | str | None = None,
         max_body_bytes: int = 32 * 1024 * 1024,
         models: tuple[str, ...] = ("claude-fake-1",),
+        require_version: bool = True,
     ) -> None:
         super().__init__(api_key=api_key, default=default, max_body_bytes=max_body_bytes)
         self.models = models
+        self.require_version = require_version
 
     # ----- serving --------------------------------------------------------------------------------
     async def bad_request(self, responder: Responder, status: int, message: str) -> None:
@@ -142,6 +146,9 @@ class FakeAnthropic(ScriptedServer):
         if not self.key_ok(request):
             missing = self.presented_key(request) is None
             await self._error(responder, 401, "x-api-key header is required" if missing else "invalid x-api-key")
+            return
+        if "anthropic-version" not in request.headers and self.require_version:
+            await self._error(responder, 400, "anthropic-version: header is required")
             return
         if path == "/v1/models":
             data = [{"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}

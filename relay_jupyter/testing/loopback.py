@@ -155,6 +155,8 @@ class LoopbackServer:
         self.max_body_bytes = max_body_bytes
         self._requests: list[RecordedRequest] = []
         self._key_digests: set[bytes] = set()
+        #: exceptions raised inside the fake while answering (a bug in the fake, never in the client)
+        self.errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -342,6 +344,8 @@ class LoopbackServer:
         safe_headers = {k: (REDACTED if k in _SECRET_HEADERS else v) for k, v in headers.items()}
         record = RecordedRequest(method, url.path, dict(parse_qsl(url.query)), safe_headers, None, 0)
         responder = Responder(writer, record)
+        if headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl sends this for bodies over 1 KB
         body = await self._read_body(reader, headers, responder, record)
         if body is None:
             return False
@@ -358,6 +362,15 @@ class LoopbackServer:
                 self._key_digests.add(hashlib.sha256(key.encode()).digest())
         try:
             await self.handle(request, record, responder)
+        except ClientDisconnected:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug in the fake: answer 500 and keep it for the test
+            with self._lock:
+                self.errors.append(exc)
+            if record.status is None:
+                await responder.send(500, {"error": {"type": "api_error",
+                                                     "message": f"fake server error: {exc!r}"}})
+            return False
         finally:
             record._finished.set()
         if not record.completed:

@@ -16,6 +16,8 @@ from relay_jupyter.testing.script import split_json
 
 KEY = "test-key-sk-ant-xyz"
 MSG = [{"role": "user", "content": "hello there"}]
+VERSION = {"anthropic-version": "2023-06-01"}
+RAW = {"x-api-key": KEY, **VERSION}
 
 
 @pytest.fixture
@@ -92,7 +94,7 @@ async def test_raw_stream_event_order_and_cumulative_usage(fake):
 async def test_ping_events_are_on_the_wire(fake):
     fake.enqueue(Reply("one two", tool_use("t", {})))
     async with httpx2.AsyncClient(base_url=fake.base_url) as h:
-        r = await h.post("/v1/messages?beta=true", headers={"x-api-key": KEY},
+        r = await h.post("/v1/messages?beta=true", headers=RAW,
                          json={"model": "m", "max_tokens": 9, "messages": MSG, "stream": True})
     frames, rest = parse_stream(r.text)
     kinds = [f["event"] for f in frames]
@@ -201,7 +203,7 @@ async def test_requests_are_recorded_with_key_redacted(fake):
 )
 async def test_invalid_requests_get_400_in_api_shape(fake, body, needle):
     async with httpx2.AsyncClient(base_url=fake.base_url) as h:
-        r = await h.post("/v1/messages", headers={"x-api-key": KEY, "content-type": "application/json"},
+        r = await h.post("/v1/messages", headers={**RAW, "content-type": "application/json"},
                          content=body)
     assert r.status_code == 400
     err = r.json()
@@ -213,7 +215,7 @@ async def test_invalid_requests_get_400_in_api_shape(fake, body, needle):
 @pytest.mark.asyncio
 async def test_oversized_body_unknown_path_and_method():
     with FakeAnthropic(max_body_bytes=1000) as fake:
-        async with httpx2.AsyncClient(base_url=fake.base_url) as h:
+        async with httpx2.AsyncClient(base_url=fake.base_url, headers=VERSION) as h:
             big = await h.post("/v1/messages", json={"model": "m", "max_tokens": 1,
                                                      "messages": [{"role": "user", "content": "x" * 2000}]})
             missing = await h.post("/v1/../etc/passwd", json={})
@@ -242,7 +244,7 @@ def test_garbage_on_the_socket_gets_400_and_server_survives():
             s.sendall(b"GET /v1/models HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n")
             assert s.recv(100).startswith(b"HTTP/1.1 400")
         # still serving
-        assert httpx2.get(fake.base_url + "/v1/models").status_code == 200
+        assert httpx2.get(fake.base_url + "/v1/models", headers=VERSION).status_code == 200
 
 
 def test_sync_client_and_client_disconnect_is_recorded():
@@ -273,3 +275,43 @@ async def test_pacing_holds_deltas_back(fake):
     assert len(stamps) == 11
     assert stamps[0] - t0 >= 0.15
     assert stamps[-1] - stamps[0] >= 0.1 - 0.005  # 10 tokens before the last delta at 100 tokens/s
+
+
+@pytest.mark.asyncio
+async def test_missing_anthropic_version_is_400(fake):
+    async with httpx2.AsyncClient(base_url=fake.base_url) as h:
+        r = await h.post("/v1/messages", headers={"x-api-key": KEY},
+                         json={"model": "m", "max_tokens": 5, "messages": MSG})
+    assert r.status_code == 400 and "anthropic-version" in r.json()["error"]["message"]
+
+
+def test_expect_100_continue_and_chunked_request_body():
+    body = json.dumps({"model": "m", "max_tokens": 5, "messages": MSG}).encode()
+    with FakeAnthropic() as fake:
+        fake.enqueue("chunked ok")
+        with socket.create_connection(("127.0.0.1", fake.port), timeout=5) as s:
+            s.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\n"
+                      b"expect: 100-continue\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+            assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            half = len(body) // 2
+            for part in (body[:half], body[half:]):
+                s.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+            s.sendall(b"0\r\n\r\n")
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert json.loads(payload)["content"][0]["text"] == "chunked ok"
+        assert fake.last_request.body["model"] == "m"
+
+
+def test_a_bug_in_a_fake_is_a_500_and_kept_in_errors():
+    class Broken(FakeAnthropic):
+        async def handle(self, request, record, responder):
+            raise RuntimeError("oops")
+
+    with Broken() as fake:
+        r = httpx2.get(fake.base_url + "/v1/models")
+        assert r.status_code == 500 and "oops" in r.json()["error"]["message"]
+        assert [type(e) for e in fake.errors] == [RuntimeError]
