@@ -55,6 +55,23 @@ T = TypeVar("T")
 MODEL_TOOL_PREFIX = "model:"
 
 _perf = time.perf_counter
+_AUDIT_FIELDS = frozenset(AuditRecord.model_fields)
+_set = object.__setattr__
+
+
+def _audit_record(fields: dict[str, Any]) -> AuditRecord:
+    """An AuditRecord from values the gate built itself (all already of the right types).
+
+    What ``AuditRecord.model_construct`` does, without its per-field alias and default handling,
+    which costs several times a whole gate decision; ``tests/core/test_gate.py`` checks that the
+    result equals a validated record. Every field is given, so no default is needed.
+    """
+    rec = AuditRecord.__new__(AuditRecord)
+    _set(rec, "__dict__", fields)
+    _set(rec, "__pydantic_fields_set__", set(_AUDIT_FIELDS))  # a set: model_copy() updates it
+    _set(rec, "__pydantic_extra__", None)
+    _set(rec, "__pydantic_private__", None)
+    return rec
 
 
 class Gate:
@@ -84,13 +101,11 @@ class Gate:
     def _record(self, *, origin: str, tool: str, tool_class: ToolClass | None, decision: str,
                 code: str | None, t0: float, run_id: str | None = None, call_id: str | None = None,
                 answered_by: str | None = None, arguments: dict[str, Any] | None = None) -> AuditRecord:
-        # model_construct skips validation: every field is built here from validated values,
-        # and validation would triple the cost of the hot path.
-        rec = AuditRecord.model_construct(
-            seq=0, ts=self._clock(), origin=origin, tool=tool, tool_class=tool_class, decision=decision,
-            code=code, duration_ms=(_perf() - t0) * 1000.0, run_id=run_id, call_id=call_id,
-            answered_by=answered_by, arguments=arguments if arguments is not None else {},
-        )
+        rec = _audit_record({
+            "seq": 0, "ts": self._clock(), "origin": origin, "tool": tool, "tool_class": tool_class,
+            "decision": decision, "code": code, "duration_ms": (_perf() - t0) * 1000.0, "run_id": run_id,
+            "call_id": call_id, "answered_by": answered_by, "arguments": arguments if arguments is not None else {},
+        })
         return self.audit.append(rec)
 
     def _refuse(self, req: ToolRequest, cls: ToolClass | None, refusal: Refusal, t0: float,

@@ -17,7 +17,8 @@ and pydantic; the patterns are kept in one table so they are easy to review and 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["MASK", "LINE_MASK", "redact", "looks_secret", "mask_secret_text", "mask_secret_lines", "secret_key"]
@@ -35,47 +36,121 @@ _SECRET_KEY_RE = re.compile(rf"(?i)(?:{_KEY_WORDS})")
 # Keys that contain a key word but hold counts, not secrets (``max_tokens``, ``input_tokens``).
 _COUNT_KEY_RE = re.compile(r"(?i)(?:tokens|token_count|_count|_limit|tokens_per_\w+)$")
 
-_VALUE_PATTERNS: tuple[re.Pattern[str], ...] = (
+def _keep1(suffix: str) -> Callable[[re.Match[str], str], str]:
+    """Replacement keeping group 1 (taken from the original text), then ``suffix``."""
+    return lambda m, text: text[m.start(1):m.end(1)] + suffix
+
+
+def _mask(m: re.Match[str], text: str) -> str:
+    return MASK
+
+
+class _Rule:
+    """One secret shape. ``lower`` rules are written in lowercase and matched against ``text.lower()``:
+    Python's ``re`` cannot scan fast for case-insensitive alternations (about 100× slower here),
+    and lowering keeps positions whenever the length does not change (checked; else ``re.I``)."""
+
+    __slots__ = ("pattern", "folded", "needles", "repl", "lower")
+
+    def __init__(self, pattern: str, needles: tuple[str, ...], *, lower: bool = False, flags: int = 0,
+                 repl: Callable[[re.Match[str], str], str] = _mask) -> None:
+        self.pattern = re.compile(pattern, flags)
+        self.folded = re.compile(pattern, flags | re.I) if lower else self.pattern
+        self.needles, self.repl, self.lower = needles, repl, lower
+
+    def sub(self, text: str, low: str) -> str:
+        if self.lower and len(low) == len(text):
+            matches = list(self.pattern.finditer(low))
+        else:
+            matches = list(self.folded.finditer(text))
+        if not matches:
+            return text
+        out, pos = [], 0
+        for m in matches:
+            out.append(text[pos:m.start()])
+            out.append(self.repl(m, text))
+            pos = m.end()
+        out.append(text[pos:])
+        return "".join(out)
+
+    def search(self, text: str, low: str) -> bool:
+        if self.lower and len(low) == len(text):
+            return self.pattern.search(low) is not None
+        return self.folded.search(text) is not None
+
+
+_KW_NEEDLES = ("pass", "pwd", "secret", "token", "key", "credential", "auth", "cookie", "session", "signature",
+               "bearer")
+_RULES: tuple[_Rule, ...] = (
     # PEM private keys: the whole block, or from the header to the end if the footer is missing.
-    re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*)", re.S),
-    re.compile(r"sk-ant-[A-Za-z0-9_\-]{6,}"),                 # Anthropic
-    re.compile(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}"),  # OpenAI and look-alikes
-    re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,})"),  # GitHub
-    re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}"),                 # AWS access key id
-    re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"),           # Slack
-    re.compile(r"AIza[0-9A-Za-z_\-]{30,}"),                   # Google API key
-    re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),  # JWT
-    re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=\-]+"),          # Authorization: Bearer x
-    # key-ish name followed by = or : and a value (quoted or bare): mask name and value together.
-    re.compile(rf"(?i)[\w.\-]*(?:{_KEY_WORDS})[\w.\-]*[\"']?\s*[:=]\s*(?:\"[^\"]*\"|'[^']*'|(?:(?:bearer|basic)\s+)?[^\s,;&]+)"),
-    re.compile(r"(?i)([a-z][a-z0-9+.\-]*://[^/\s:@]*):[^@\s/]+@"),  # URL user:password@
+    _Rule(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*)", ("private key",),
+          flags=re.S),
+    _Rule(r"sk-ant-[A-Za-z0-9_\-]{6,}", ("sk-",)),                           # Anthropic
+    _Rule(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}", ("sk-",)),   # OpenAI and look-alikes
+    _Rule(r"gh[pousr]_[A-Za-z0-9]{16,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),  # GitHub tokens
+    _Rule(r"github_pat_[A-Za-z0-9_]{16,}", ("github_pat_",)),
+    _Rule(r"(?:AKIA|ASIA)[0-9A-Z]{16}", ("akia", "asia")),                  # AWS access key id
+    _Rule(r"xox[abposr]-[A-Za-z0-9\-]{10,}", ("xox",)),                     # Slack
+    _Rule(r"AIza[0-9A-Za-z_\-]{30,}", ("aiza",)),                           # Google API key
+    _Rule(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", ("eyj",)),  # JWT
+    _Rule(r"bearer\s+[a-z0-9._~+/=\-]+", ("bearer",), lower=True),          # Authorization: Bearer x
+    # A key-ish name, then = or :, then a value (quoted or bare, "Basic x" included): keep the name.
+    # Anchored on the key word (no leading [\w]* scan), which keeps it linear.
+    _Rule(rf"((?:{_KEY_WORDS})[\w.\-]*[\"']?\s*[:=]\s*)(?:\"[^\"]*\"|'[^']*'|(?:(?:bearer|basic)\s+)?[^\s,;&]+)",
+          _KW_NEEDLES, lower=True, repl=_keep1(MASK)),
+    _Rule(r"([a-z][a-z0-9+.\-]*://[^/\s:@]*):[^@\s/]+@", ("://",), lower=True, repl=_keep1(f":{MASK}@")),
 )
+_VALUE_PATTERNS = tuple(r.folded for r in _RULES)
+
+
+def _triggered(low: str) -> bool:
+    # Every rule needs one of these substrings (the key=value rule needs ':' or '='). Plain ``in``
+    # tests run in C; most strings are clean and stop here.
+    return (":" in low or "=" in low or "sk-" in low or "gh" in low or "akia" in low or "asia" in low
+            or "xox" in low or "aiza" in low or "eyj" in low or "bearer" in low or "private key" in low)
+
+
+def _applies(rule: _Rule, low: str) -> bool:
+    if rule.repl is not _mask and rule.needles is _KW_NEEDLES and ":" not in low and "=" not in low:
+        return False
+    return any(n in low for n in rule.needles)
 
 
 def secret_key(key: Any) -> bool:
     """True when a mapping key names a secret (``password``, ``apiKey``, ``X-Auth-Token`` ...)."""
     if not isinstance(key, str):
         return False
-    return _SECRET_KEY_RE.search(key) is not None
+    return _key_info(key)[1]
+
+
+@lru_cache(maxsize=4096)
+def _key_info(key: str) -> tuple[str, bool, bool]:
+    # Keys repeat across calls (a tool's argument names), so their verdicts are cached.
+    return (mask_secret_text(key), _SECRET_KEY_RE.search(key) is not None, _COUNT_KEY_RE.search(key) is not None)
 
 
 def looks_secret(text: str) -> bool:
     """True when ``text`` contains anything shaped like a credential (see the module docstring)."""
     if not isinstance(text, str):
         raise TypeError("looks_secret() takes a str")
-    return any(p.search(text) for p in _VALUE_PATTERNS)
+    low = text.lower()
+    if not _triggered(low):
+        return False
+    return any(_applies(rule, low) and rule.search(text, low) for rule in _RULES)
 
 
 def mask_secret_text(text: str) -> str:
     """``text`` with every secret-looking part replaced by :data:`MASK`."""
     if not isinstance(text, str):
         raise TypeError("mask_secret_text() takes a str")
-    for pattern in _VALUE_PATTERNS:
-        if pattern.groups:
-            # keep the scheme and user of a URL, drop the password
-            text = pattern.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
-        else:
-            text = pattern.sub(MASK, text)
+    low = text.lower()
+    if not _triggered(low):
+        return text
+    for rule in _RULES:
+        if _applies(rule, low):
+            masked = rule.sub(text, low)
+            if masked is not text:
+                text, low = masked, masked.lower()
     return text
 
 
@@ -102,14 +177,26 @@ def redact(value: Any, *, max_str: int = 200, max_items: int = 100, max_depth: i
     Raises:
         ValueError: a limit is not a positive integer.
     """
-    for name, limit in (("max_str", max_str), ("max_items", max_items), ("max_depth", max_depth)):
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValueError(f"{name} must be a positive integer")
+    # exact type checks: bool is not a limit, and this runs on the gate's hot path
+    if type(max_str) is not int or type(max_items) is not int or type(max_depth) is not int \
+            or max_str < 1 or max_items < 1 or max_depth < 1:
+        raise ValueError("max_str, max_items and max_depth must be positive integers")
     return _redact(value, max_str, max_items, max_depth)
 
 
+_SCALARS = frozenset({type(None), bool, int, float})
+
+
 def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
-    if value is None or isinstance(value, (bool, int, float)):
+    kind = type(value)
+    # exact-type fast paths first (ABC isinstance checks cost microseconds)
+    if kind is str:
+        return _cut(mask_secret_text(value), max_str)
+    if kind in _SCALARS:
+        return value
+    if kind is dict and depth > 0:
+        return _redact_mapping(value, max_str, max_items, depth)
+    if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
         return _cut(mask_secret_text(value), max_str)
@@ -118,17 +205,7 @@ def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
     if depth <= 0:
         return "<nested too deep>"
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for i, (k, v) in enumerate(value.items()):
-            if i >= max_items:
-                out["…"] = f"<{len(value) - max_items} more entries>"
-                break
-            key = _cut(mask_secret_text(k if isinstance(k, str) else repr(k)), max_str)
-            if secret_key(k) and not (isinstance(v, int) and _COUNT_KEY_RE.search(str(k))):
-                out[key] = MASK if v not in (None, "") else v
-            else:
-                out[key] = _redact(v, max_str, max_items, depth - 1)
-        return out
+        return _redact_mapping(value, max_str, max_items, depth)
     if isinstance(value, (list, tuple, set, frozenset)):
         items = list(value)
         body = [_redact(v, max_str, max_items, depth - 1) for v in items[:max_items]]
@@ -136,3 +213,34 @@ def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
             body.append(f"<{len(items) - max_items} more items>")
         return body
     return _cut(mask_secret_text(repr(value)), max_str)
+
+
+def _redact_mapping(value: Mapping[Any, Any], max_str: int, max_items: int, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    items = value.items()
+    extra = len(value) - max_items
+    for k, v in (items if extra <= 0 else list(items)[:max_items]):
+        if type(k) is str and len(k) <= 256:
+            key, is_secret, is_count = _key_info(k)
+        else:
+            text = k if isinstance(k, str) else repr(k)
+            key = mask_secret_text(text)
+            is_secret = isinstance(k, str) and _SECRET_KEY_RE.search(k) is not None
+            is_count = isinstance(k, str) and _COUNT_KEY_RE.search(k) is not None
+        if len(key) > max_str:
+            key = _cut(key, max_str)
+        if is_secret and not (is_count and isinstance(v, int)):
+            # identity checks only: ``v == ...`` on an arbitrary object (an array) may raise
+            out[key] = v if v is None or (type(v) is str and not v) else MASK
+        else:
+            tv = type(v)
+            # scalars inline: most argument values are short strings and numbers
+            if tv is str and len(v) <= max_str and not _triggered(v.lower()):
+                out[key] = v
+            elif tv in _SCALARS:
+                out[key] = v
+            else:
+                out[key] = _redact(v, max_str, max_items, depth - 1)
+    if extra > 0:
+        out["…"] = f"<{extra} more entries>"
+    return out

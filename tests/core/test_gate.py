@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from relay_jupyter.core.consent import StaticConsent
 from relay_jupyter.core.errors import Code, GateRefusal, WorkspaceRefusal
 from relay_jupyter.core.types import (
+    AuditRecord,
     Budget,
     ConsentDecision,
     ConsentRequest,
@@ -27,6 +28,7 @@ ORIGIN = "notebook:a.ipynb#k1"
 READ = ToolSpec(name="scratch_read", tool_class=ToolClass.READ)
 CONTAINED = ToolSpec(name="scratch_edit", tool_class=ToolClass.CONTAINED)
 WRITE = ToolSpec(name="fs__write", server="fs")
+MODEL = "claude-sonnet-4-5"
 
 
 def give(rig: Rig, **kw) -> Grant:
@@ -291,9 +293,21 @@ async def test_audit_record_fields(rig):
     assert rec.arguments == {"path": "a.txt", "api_key": "<masked>"}
 
 
-# ---- model requests -----------------------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_fast_audit_records_equal_validated_ones(rig):
+    """The gate builds records without validation (hot path): they must be what validation gives."""
+    give(rig)
+    await rig.gate.call_tool(req(), Executor(), StaticConsent("deny"))
+    with pytest.raises(GateRefusal):
+        await rig.gate.call_tool(req(WRITE), Executor(), StaticConsent("deny"))
+    rig.gate.begin_completion(ORIGIN, MODEL, estimated_tokens=5).release()
+    for rec in rig.audit.records:
+        again = AuditRecord.model_validate_json(rec.model_dump_json())
+        assert again == rec and again.model_fields_set == rec.model_fields_set
+        assert rec.model_dump() == again.model_dump()
 
-MODEL = "claude-sonnet-4-5"
+
+# ---- model requests -----------------------------------------------------------------------------
 
 
 def test_completion_needs_grant_and_model(rig):
