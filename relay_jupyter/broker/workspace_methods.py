@@ -1,0 +1,128 @@
+"""``checkpoints.list`` and ``checkpoints.revert``: the journal of pushes, and undoing them.
+
+Expects two broker attributes (wired by the broker when the workspace is available; None answers
+``UNAVAILABLE``): ``broker.checkpoints`` (``storage.checkpoints.CheckpointJournal``) and
+``broker.workspace_tools`` (``workspace.tools.WorkspaceTools``, which performs the revert under its
+push lock). A caller sees and reverts only checkpoints of its own origin; a browser session names
+the origin it acts for (``target_origin``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..core.caller import Caller
+from ..core.errors import Code, RoutingRefusal
+from ..core.types import AuditRecord
+from ..protocol.names import EventType, Method
+from .registry import method
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = [
+    "CheckpointInfo", "CheckpointsListParams", "CheckpointsListResult", "CheckpointsRevertParams",
+    "CheckpointsRevertResult",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CheckpointInfo(_Strict):
+    """One push's checkpoint as a client sees it (no file bytes)."""
+
+    id: str
+    target: str
+    """Path relative to the Jupyter root."""
+    state: str
+    """``prepared`` | ``applied`` | ``reverting`` | ``reverted``."""
+    run_id: str
+    conversation: str | None = None
+    created_at: float
+    updated_at: float
+    pre_exists: bool
+    """False when the push created the file (a revert deletes it)."""
+    pre_sha256: str | None = None
+    post_sha256: str | None = None
+    note: str = ""
+
+
+class CheckpointsListParams(_Strict):
+    origin: str | None = None
+    """Browser sessions name the notebook origin; kernels and daemon clients get their own."""
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class CheckpointsListResult(_Strict):
+    checkpoints: list[CheckpointInfo]
+    """Newest first."""
+
+
+class CheckpointsRevertParams(_Strict):
+    id: str = Field(min_length=1, max_length=64)
+    origin: str | None = None
+
+
+class CheckpointsRevertResult(_Strict):
+    reverted: list[str]
+    """Ids restored, newest first (also on partial progress)."""
+    stopped_at: str | None = None
+    """The step whose live file no longer matched its post-image (nothing restored from it on)."""
+    reason: str | None = None
+    complete: bool
+
+
+def _origin(caller: Caller, requested: str | None) -> str:
+    from .broker import target_origin
+
+    return target_origin(caller, requested)
+
+
+def _journal(broker: Broker) -> Any:
+    from .broker import require
+
+    return require(getattr(broker, "checkpoints", None), "the checkpoint journal")
+
+
+@method(Method.CHECKPOINTS_LIST, CheckpointsListParams, CheckpointsListResult,
+        doc="Pushes of the caller's origin, newest first, with their state.")
+async def checkpoints_list(broker: Broker, caller: Caller, params: CheckpointsListParams) -> CheckpointsListResult:
+    """List the checkpoints of the caller's origin."""
+    origin = _origin(caller, params.origin)
+    rows = _journal(broker).list(origin=origin, limit=params.limit)
+    infos = []
+    for c in rows:
+        pub = c.public()
+        infos.append(CheckpointInfo(**pub))
+    return CheckpointsListResult(checkpoints=infos)
+
+
+@method(Method.CHECKPOINTS_REVERT, CheckpointsRevertParams, CheckpointsRevertResult,
+        doc="Revert a checkpoint and every later one of the same origin, newest first; each step checks "
+            "the live file still equals its post-image and stops (partial progress) when it does not.")
+async def checkpoints_revert(broker: Broker, caller: Caller, params: CheckpointsRevertParams
+                             ) -> CheckpointsRevertResult:
+    """Revert from the newest checkpoint of the origin back to ``id``."""
+    from .broker import require
+
+    origin = _origin(caller, params.origin)
+    journal = _journal(broker)
+    tools = require(getattr(broker, "workspace_tools", None), "the scratch workspace")
+    found = journal.get(params.id)
+    if found is None or found.origin != origin:
+        # Another origin's checkpoint looks exactly like a missing one.
+        raise RoutingRefusal(Code.NOT_FOUND, f"no checkpoint {params.id!r} for this notebook", data={"id": params.id})
+    outcome = await tools.revert(params.id, origin=origin)
+    broker.audit.append(AuditRecord(ts=time.time(), origin=origin, tool=Method.CHECKPOINTS_REVERT,
+                                    decision="ok" if outcome["complete"] else "partial",
+                                    answered_by=caller.client_id,
+                                    arguments={"id": params.id, "reverted": outcome["reverted"]}))
+    events = getattr(broker, "events", None)
+    if events is not None:
+        events.append(EventType.CHECKPOINT, {"action": "revert", **outcome}, origin=origin)
+    return CheckpointsRevertResult(**outcome)

@@ -1,0 +1,202 @@
+"""The checkpoint journal: every push's pre-image, staged durably before the file is touched.
+
+It lives in the broker's SQLite file, in tables of its own (``CREATE TABLE IF NOT EXISTS``, own
+version row in ``relay_checkpoint_meta``), through a connection of its own, so it needs nothing
+from the store's migrations. Commits use ``synchronous=FULL``: a checkpoint that says "prepared"
+has its pre-image on disk.
+
+One checkpoint per (run, target): the run's first push to a target stages the pre-image; later
+pushes of the same run to it only move the expected post-image. States (write-ahead)::
+
+    prepared ──(file written)──▶ applied ──▶ reverting ──(pre-image restored)──▶ reverted
+
+``prepared`` keeps both the last committed post-image digest and the pending one, so a crash
+around the write is reconciled against the live file instead of guessed (see
+``workspace.checkpointing.reconcile``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
+
+SCHEMA_VERSION = 1
+STATES = ("prepared", "applied", "reverting", "reverted")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS relay_checkpoint_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS relay_checkpoints (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    origin TEXT NOT NULL,
+    conversation TEXT,
+    run_id TEXT NOT NULL,
+    target TEXT NOT NULL,
+    pre_exists INTEGER NOT NULL,
+    pre_sha256 TEXT,
+    pre_image BLOB,
+    post_sha256 TEXT,
+    pending_sha256 TEXT,
+    state TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS relay_checkpoints_run ON relay_checkpoints (run_id, target);
+CREATE INDEX IF NOT EXISTS relay_checkpoints_origin ON relay_checkpoints (origin, seq);
+"""
+
+_COLS = ("seq, id, origin, conversation, run_id, target, pre_exists, pre_sha256, post_sha256, "
+         "pending_sha256, state, note, created_at, updated_at")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One journal entry (without its pre-image bytes)."""
+
+    seq: int
+    id: str
+    origin: str
+    conversation: str | None
+    run_id: str
+    target: str
+    """Path relative to the Jupyter root."""
+    pre_exists: bool
+    pre_sha256: str | None
+    post_sha256: str | None
+    pending_sha256: str | None
+    state: str
+    note: str
+    created_at: float
+    updated_at: float
+
+    def public(self) -> dict:
+        """The receipt clients may see (no bytes, no internals beyond digests)."""
+        return {
+            "id": self.id, "target": self.target, "state": self.state, "run_id": self.run_id,
+            "conversation": self.conversation, "created_at": self.created_at, "updated_at": self.updated_at,
+            "pre_exists": self.pre_exists, "pre_sha256": self.pre_sha256, "post_sha256": self.post_sha256,
+            "note": self.note,
+        }
+
+
+def sha256(data: bytes | None) -> str | None:
+    """Hex SHA-256, or None for an absent file."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+class CheckpointJournal:
+    """Durable checkpoint rows in the SQLite file at ``db_path``."""
+
+    def __init__(self, db_path: str | Path) -> None:
+        self.db_path = str(db_path)
+        Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        with self._lock:
+            self._db.executescript(_SCHEMA)
+            row = self._db.execute("SELECT value FROM relay_checkpoint_meta WHERE key='version'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO relay_checkpoint_meta (key, value) VALUES ('version', ?)",
+                                 (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the checkpoint journal in {self.db_path} is version {row[0]}, newer than this relay "
+                    f"({SCHEMA_VERSION}); upgrade relay-jupyter")
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _rows(self, where: str, args: tuple) -> list[Checkpoint]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLS} FROM relay_checkpoints {where}", args).fetchall()
+        return [Checkpoint(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), *r[7:]) for r in rows]
+
+    def get(self, checkpoint_id: str) -> Checkpoint | None:
+        """One checkpoint by id."""
+        rows = self._rows("WHERE id = ?", (checkpoint_id,))
+        return rows[0] if rows else None
+
+    def pre_image(self, checkpoint_id: str) -> bytes | None:
+        """The staged pre-image (None when the target did not exist before the push)."""
+        with self._lock:
+            row = self._db.execute("SELECT pre_image FROM relay_checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
+    def list(self, *, origin: str | None = None, limit: int = 100) -> list[Checkpoint]:
+        """Newest first; only ``origin``'s when given."""
+        if origin is None:
+            return self._rows("ORDER BY seq DESC LIMIT ?", (limit,))
+        return self._rows("WHERE origin = ? ORDER BY seq DESC LIMIT ?", (origin, limit))
+
+    def active(self, run_id: str, target: str) -> Checkpoint | None:
+        """The run's live checkpoint for ``target`` (prepared or applied), if any."""
+        rows = self._rows("WHERE run_id = ? AND target = ? AND state IN ('prepared', 'applied') "
+                          "ORDER BY seq DESC LIMIT 1", (run_id, target))
+        return rows[0] if rows else None
+
+    def cascade(self, checkpoint_id: str) -> list[Checkpoint]:
+        """The selected checkpoint and every later one of its origin not yet reverted, newest first."""
+        sel = self.get(checkpoint_id)
+        if sel is None:
+            return []
+        return self._rows("WHERE origin = ? AND seq >= ? AND state != 'reverted' ORDER BY seq DESC",
+                          (sel.origin, sel.seq))
+
+    def unfinished(self) -> list[Checkpoint]:
+        """Entries a crash may have left between steps (prepared or reverting), oldest first."""
+        return self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def prepare(self, *, origin: str, conversation: str | None, run_id: str, target: str,
+                pre_image: bytes | None, pending_sha256: str) -> Checkpoint:
+        """Stage a new checkpoint (pre-image and digest) durably, in state ``prepared``."""
+        now = time.time()
+        cid = "ckpt_" + secrets.token_hex(8)
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO relay_checkpoints (id, origin, conversation, run_id, target, pre_exists, "
+                "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 'prepared', ?, ?)",
+                (cid, origin, conversation, run_id, target, int(pre_image is not None), sha256(pre_image),
+                 pre_image, pending_sha256, now, now))
+        got = self.get(cid)
+        assert got is not None
+        return got
+
+    def _update(self, checkpoint_id: str, sets: str, args: tuple) -> None:
+        with self._lock:
+            self._db.execute(f"UPDATE relay_checkpoints SET {sets}, updated_at = ? WHERE id = ?",
+                             (*args, time.time(), checkpoint_id))
+
+    def prepare_again(self, checkpoint_id: str, pending_sha256: str) -> None:
+        """A later push of the same run to the same target: expect a new post-image."""
+        self._update(checkpoint_id, "state = 'prepared', pending_sha256 = ?", (pending_sha256,))
+
+    def mark_applied(self, checkpoint_id: str, post_sha256: str | None, note: str = "") -> None:
+        """The push landed: ``post_sha256`` is what the live file must equal for a revert."""
+        self._update(checkpoint_id, "state = 'applied', post_sha256 = ?, pending_sha256 = NULL, note = ?",
+                     (post_sha256, note))
+
+    def mark_reverting(self, checkpoint_id: str) -> None:
+        """About to restore the pre-image."""
+        self._update(checkpoint_id, "state = 'reverting'", ())
+
+    def mark_reverted(self, checkpoint_id: str, note: str = "") -> None:
+        """The pre-image is back (or the push never landed); the body is no longer needed."""
+        self._update(checkpoint_id, "state = 'reverted', pre_image = NULL, pending_sha256 = NULL, note = ?",
+                     (note,))
