@@ -278,7 +278,8 @@ class McpConnection:
             raise McpToolError(
                 self.name, "timeout",
                 f"MCP tool {self.name}__{remote_name} did not answer within {limit:g} s; the call was abandoned "
-                "and the server stopped (the action may still have happened). It is not retried.",
+                f"and {'the server stopped' if isinstance(self.config, StdioServerConfig) else 'the connection closed'}"
+                " (the action may still have happened). It is not retried.",
             ) from None
         except MCPError as exc:
             raise await self._failure(exc, remote_name) from None
@@ -295,21 +296,22 @@ class McpConnection:
         return bool(self._transport is not None and self._transport.flooded)
 
     def _flood_error(self) -> McpToolError:
+        ended = "the server was stopped" if isinstance(self.config, StdioServerConfig) else "the connection was closed"
         return McpToolError(
             self.name, "flood",
             f"MCP server {self.name!r} sent a message larger than {self.max_message_bytes} bytes; "
-            "the call failed and the server was stopped",
+            f"the call failed and {ended}",
         )
 
     async def _failure(self, exc: MCPError, what: str) -> McpToolError:
+        if self._flooded():
+            await self.close(force=True)
+            return self._flood_error()
         if exc.code != CONNECTION_CLOSED:
             # A JSON-RPC error from the server: a tool-level failure, the connection stays up.
             return McpToolError(self.name, "protocol", f"MCP server {self.name!r} refused {what}: {exc.message[:300]}")
-        flooded = self._flooded()
         transport = self._transport
         await self.close(force=True)
-        if flooded:
-            return self._flood_error()
         code = transport.returncode if isinstance(transport, StdioTransport) else None
         exited = f" (exit code {code})" if code is not None else ""
         return McpToolError(
