@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             load(path).run(report)
-        except Exception:
+        except Exception:  # noqa: BLE001 - one broken benchmark must not hide the others' figures
             failed.append(bench)
             print(f"[{bench}] FAILED:\n{traceback.format_exc()}", file=sys.stderr)
         print(f"[{bench}] {time.perf_counter() - t0:.1f}s", file=sys.stderr)

@@ -23,7 +23,7 @@ from .errors import Code, GateRefusal
 from .ports import Ledger
 from .types import Grant
 
-__all__ = ["TokenBucket", "BudgetLedger", "Reservation", "RunBudget", "utc_day"]
+__all__ = ["BudgetLedger", "Reservation", "RunBudget", "TokenBucket", "utc_day"]
 
 
 def utc_day(ts: float) -> str:
@@ -43,7 +43,7 @@ class TokenBucket:
     """A token bucket refilled at ``rate_per_minute``; holds at most ``capacity`` (default: one
     minute's worth, at least 1). Starts full. Not locked itself: :class:`BudgetLedger` locks."""
 
-    __slots__ = ("rate", "capacity", "_tokens", "_last", "_clock")
+    __slots__ = ("_clock", "_last", "_tokens", "capacity", "rate")
 
     def __init__(self, rate_per_minute: float, *, capacity: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -85,7 +85,7 @@ class TokenBucket:
 class Reservation:
     """A hold on an origin's day budget. Settle it or release it exactly once (repeats are no-ops)."""
 
-    __slots__ = ("origin", "day", "tokens", "cost_usd", "_book", "_done")
+    __slots__ = ("_book", "_done", "cost_usd", "day", "origin", "tokens")
 
     def __init__(self, book: BudgetLedger, origin: str, day: str, tokens: int, cost_usd: float) -> None:
         self._book = book

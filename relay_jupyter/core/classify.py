@@ -11,6 +11,7 @@ makes any tool ``write``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .types import ToolClass, stricter
@@ -20,6 +21,7 @@ __all__ = ["classify", "hint_class"]
 # Hint names as the mcp SDK exposes them (snake_case) and as they travel on the wire (camelCase).
 _DESTRUCTIVE = ("destructive_hint", "destructiveHint")
 _READ_ONLY = ("read_only_hint", "readOnlyHint")
+_EMPTY: Mapping[str, ToolClass | str] = MappingProxyType({})  # immutable default
 
 
 def hint_class(hints: Mapping[str, Any] | None) -> ToolClass | None:
@@ -48,8 +50,8 @@ def hint_class(hints: Mapping[str, Any] | None) -> ToolClass | None:
 def classify(
     tool_name: str,
     *,
-    builtin: Mapping[str, ToolClass | str] = {},  # noqa: B006 - read-only default, never mutated
-    pins: Mapping[str, ToolClass | str] = {},  # noqa: B006 - read-only default, never mutated
+    builtin: Mapping[str, ToolClass | str] = _EMPTY,
+    pins: Mapping[str, ToolClass | str] = _EMPTY,
     hints: Mapping[str, Any] | None = None,
 ) -> ToolClass:
     """The safety class of ``tool_name``.

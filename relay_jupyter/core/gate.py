@@ -47,7 +47,7 @@ from .types import (
     stricter,
 )
 
-__all__ = ["Gate", "MODEL_TOOL_PREFIX"]
+__all__ = ["MODEL_TOOL_PREFIX", "Gate"]
 
 T = TypeVar("T")
 
@@ -191,8 +191,7 @@ class Gate:
                          code=Code.CANCELLED.value, t0=t0, run_id=req.run_id, call_id=req.call_id,
                          arguments=args)
             raise
-        except Exception as exc:
-            # A broken consent port denies: never fail open.
+        except Exception as exc:  # noqa: BLE001 - any failure of the port must deny, never fail open
             raise self._refuse(req, cls, GateRefusal(
                 Code.CONSENT_DENIED, f"the permission request for {req.tool.name!r} failed "
                 f"({type(exc).__name__}); denied", data={"request_id": creq.request_id}),

@@ -18,10 +18,10 @@ from typing import Any
 from .types import AuditRecord, Event, Grant
 
 __all__ = [
-    "MemoryGrantStore",
-    "MemoryLedger",
     "MemoryAuditSink",
     "MemoryEventStore",
+    "MemoryGrantStore",
+    "MemoryLedger",
     "MemoryRunJournal",
 ]
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .types import Usage
 
-__all__ = ["Price", "Pricing", "DEFAULT_PRICES"]
+__all__ = ["DEFAULT_PRICES", "Price", "Pricing"]
 
 _PER = 1_000_000.0
 

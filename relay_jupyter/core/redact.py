@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["MASK", "LINE_MASK", "redact", "looks_secret", "mask_secret_text", "mask_secret_lines", "secret_key"]
+__all__ = ["LINE_MASK", "MASK", "looks_secret", "mask_secret_lines", "mask_secret_text", "redact", "secret_key"]
 
 MASK = "<masked>"
 LINE_MASK = "<line masked: looks like a secret>"
@@ -50,12 +50,12 @@ class _Rule:
     Python's ``re`` cannot scan fast for case-insensitive alternations (about 100× slower here),
     and lowering keeps positions whenever the length does not change (checked; else ``re.I``)."""
 
-    __slots__ = ("pattern", "folded", "needles", "repl", "lower")
+    __slots__ = ("folded", "lower", "needles", "pattern", "repl")
 
     def __init__(self, pattern: str, needles: tuple[str, ...], *, lower: bool = False, flags: int = 0,
                  repl: Callable[[re.Match[str], str], str] = _mask) -> None:
         self.pattern = re.compile(pattern, flags)
-        self.folded = re.compile(pattern, flags | re.I) if lower else self.pattern
+        self.folded = re.compile(pattern, flags | re.IGNORECASE) if lower else self.pattern
         self.needles, self.repl, self.lower = needles, repl, lower
 
     def sub(self, text: str, low: str) -> str:
@@ -84,7 +84,7 @@ _KW_NEEDLES = ("pass", "pwd", "secret", "token", "key", "credential", "auth", "c
 _RULES: tuple[_Rule, ...] = (
     # PEM private keys: the whole block, or from the header to the end if the footer is missing.
     _Rule(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|.*)", ("private key",),
-          flags=re.S),
+          flags=re.DOTALL),
     _Rule(r"sk-ant-[A-Za-z0-9_\-]{6,}", ("sk-",)),                           # Anthropic
     _Rule(r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}", ("sk-",)),   # OpenAI and look-alikes
     _Rule(r"gh[pousr]_[A-Za-z0-9]{16,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),  # GitHub tokens
@@ -235,9 +235,7 @@ def _redact_mapping(value: Mapping[Any, Any], max_str: int, max_items: int, dept
         else:
             tv = type(v)
             # scalars inline: most argument values are short strings and numbers
-            if tv is str and len(v) <= max_str and not _triggered(v.lower()):
-                out[key] = v
-            elif tv in _SCALARS:
+            if tv is str and len(v) <= max_str and not _triggered(v.lower()) or tv in _SCALARS:
                 out[key] = v
             else:
                 out[key] = _redact(v, max_str, max_items, depth - 1)

@@ -69,7 +69,8 @@ def test_property_secrets_never_in_audit(case, tool_class, outcome, max_str):
 
     async def main():
         async with asyncio.timeout(5):
-            await rig.gate.call_tool(ToolRequest(origin="o", tool=tool, call_id="k", arguments=args), execute,
+            await rig.gate.call_tool(ToolRequest(origin="o", tool=tool, call_id="k", arguments=args,
+                                                 mode=mode), execute,
                                      consent)
 
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from core_support import FakeClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -11,8 +12,6 @@ from relay_jupyter.core.errors import Code, GateRefusal, RoutingRefusal
 from relay_jupyter.core.grants import GrantBook, widens
 from relay_jupyter.core.memory import MemoryGrantStore
 from relay_jupyter.core.types import Budget, Grant
-
-from core_support import FakeClock
 
 HYPO = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
