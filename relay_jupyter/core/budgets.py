@@ -149,6 +149,12 @@ class BudgetLedger:
         rpm = grant.budget.requests_per_minute
         if rpm is None:
             return
+        if not 0 < rpm < float("inf"):
+            # zero, negative or NaN: no request may pass (fail closed); inf would break the bucket math
+            if rpm == float("inf"):
+                return
+            raise GateRefusal(Code.BUDGET_EXCEEDED, "this grant allows no requests (requests_per_minute <= 0)",
+                              data={"limit": "requests_per_minute", "retry_after": None})
         with self._lock:
             bucket = self._bucket(origin, rpm)
             if bucket.try_take():
@@ -172,13 +178,14 @@ class BudgetLedger:
         with self._lock:
             used_t, used_c = self._ledger.usage(origin, day)
             held = self._held.get((origin, day), [0, 0.0])
-            if budget.tokens_per_day is not None and used_t + held[0] + tokens > budget.tokens_per_day:
+            # "not <=" rather than ">": a NaN limit then refuses instead of letting everything through
+            if budget.tokens_per_day is not None and not used_t + held[0] + tokens <= budget.tokens_per_day:
                 raise GateRefusal(
                     Code.BUDGET_EXCEEDED,
                     f"daily token budget of {budget.tokens_per_day} would be exceeded "
                     f"({used_t} used, {int(held[0])} in flight, {tokens} requested)",
                     data={"limit": "tokens_per_day", "day": day})
-            if budget.cost_per_day_usd is not None and used_c + held[1] + cost_usd > budget.cost_per_day_usd:
+            if budget.cost_per_day_usd is not None and not used_c + held[1] + cost_usd <= budget.cost_per_day_usd:
                 raise GateRefusal(
                     Code.BUDGET_EXCEEDED,
                     f"daily cost budget of ${budget.cost_per_day_usd:.2f} would be exceeded "
@@ -238,7 +245,7 @@ class RunBudget:
 
     def check_step(self) -> None:
         """Raise if one more step would pass the cap (counts nothing)."""
-        if self.max_steps is not None and self.steps + 1 > self.max_steps:
+        if self.max_steps is not None and not self.steps + 1 <= self.max_steps:
             raise GateRefusal(Code.BUDGET_EXCEEDED, f"step limit of {self.max_steps} per run reached",
                               data={"limit": "max_steps_per_run"})
 
@@ -265,7 +272,9 @@ class RunBudget:
         Raises:
             GateRefusal: ``BUDGET_EXCEEDED``.
         """
-        if self.max_tokens is not None and self.tokens + n_more > self.max_tokens:
+        if not isinstance(n_more, int) or isinstance(n_more, bool) or n_more < 0:
+            raise ValueError("n_more must be a non-negative int")
+        if self.max_tokens is not None and not self.tokens + n_more <= self.max_tokens:
             raise GateRefusal(
                 Code.BUDGET_EXCEEDED,
                 f"token limit of {self.max_tokens} per run reached ({self.tokens} used, {n_more} more asked)",

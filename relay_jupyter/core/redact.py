@@ -32,9 +32,10 @@ _KEY_WORDS = (
     r"password|passwd|passphrase|pwd|secret|token|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
     r"|credential|authorization|auth(?!or)|cookie|session[_\-]?id|signature|bearer"
 )
-_SECRET_KEY_RE = re.compile(rf"(?i)(?:{_KEY_WORDS})")
+# Matched against lowercased keys (case-insensitive alternations are slow in ``re``).
+_SECRET_KEY_RE = re.compile(rf"(?:{_KEY_WORDS})")
 # Keys that contain a key word but hold counts, not secrets (``max_tokens``, ``input_tokens``).
-_COUNT_KEY_RE = re.compile(r"(?i)(?:tokens|token_count|_count|_limit|tokens_per_\w+)$")
+_COUNT_KEY_RE = re.compile(r"(?:tokens|token_count|_count|_limit|tokens_per_\w+)$")
 
 def _keep1(suffix: str) -> Callable[[re.Match[str], str], str]:
     """Replacement keeping group 1 (taken from the original text), then ``suffix``."""
@@ -120,13 +121,22 @@ def secret_key(key: Any) -> bool:
     """True when a mapping key names a secret (``password``, ``apiKey``, ``X-Auth-Token`` ...)."""
     if not isinstance(key, str):
         return False
-    return _key_info(key)[1]
+    return _key_flags(key)[0]
+
+
+def _key_flags(key: str) -> tuple[bool, bool]:
+    """(names a secret, names a count), on the lowercased key. No real argument name is longer than
+    1 KiB: a longer key is hostile, and its value is treated as a secret (fail closed)."""
+    if len(key) > 1024:
+        return True, False
+    low = key.lower()
+    return _SECRET_KEY_RE.search(low) is not None, _COUNT_KEY_RE.search(low) is not None
 
 
 @lru_cache(maxsize=4096)
 def _key_info(key: str) -> tuple[str, bool, bool]:
     # Keys repeat across calls (a tool's argument names), so their verdicts are cached.
-    return (mask_secret_text(key), _SECRET_KEY_RE.search(key) is not None, _COUNT_KEY_RE.search(key) is not None)
+    return (mask_secret_text(key), *_key_flags(key))
 
 
 def looks_secret(text: str) -> bool:
@@ -157,6 +167,22 @@ def mask_secret_text(text: str) -> str:
 def mask_secret_lines(lines: list[str]) -> list[str]:
     """Each line that looks like a secret becomes :data:`LINE_MASK`; the others are kept."""
     return [LINE_MASK if looks_secret(line) else line for line in lines]
+
+
+# Masking looks at most this many characters past the cut. Every secret that *starts* before the
+# cut then has far more room than the longest minimum length of a rule (40), so it is recognised
+# and masked; what lies beyond the window is dropped anyway. This bounds the cost of redacting a
+# huge string (a model can send megabytes) to the size of the window.
+_WINDOW = 512
+
+
+def _masked_cut(text: str, max_str: int) -> str:
+    """Mask, then cut to ``max_str`` — masking only a window, so the cost is bounded."""
+    total = len(text)
+    if total > max_str + _WINDOW:
+        masked = mask_secret_text(text[: max_str + _WINDOW])
+        return f"{masked[:max_str]}…[+{total - max_str} chars]"
+    return _cut(mask_secret_text(text), max_str)
 
 
 def _cut(text: str, max_str: int) -> str:
@@ -191,7 +217,7 @@ def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
     kind = type(value)
     # exact-type fast paths first (ABC isinstance checks cost microseconds)
     if kind is str:
-        return _cut(mask_secret_text(value), max_str)
+        return _masked_cut(value, max_str)
     if kind in _SCALARS:
         return value
     if kind is dict and depth > 0:
@@ -199,7 +225,7 @@ def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
     if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
-        return _cut(mask_secret_text(value), max_str)
+        return _masked_cut(str(value), max_str)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"<{len(value)} bytes>"
     if depth <= 0:
@@ -212,7 +238,14 @@ def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
         if len(items) > max_items:
             body.append(f"<{len(items) - max_items} more items>")
         return body
-    return _cut(mask_secret_text(repr(value)), max_str)
+    return _masked_cut(_safe_repr(value), max_str)
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:  # noqa: BLE001 - a hostile __repr__ must not break auditing
+        return f"<{type(value).__name__} (repr failed: {type(exc).__name__})>"
 
 
 def _redact_mapping(value: Mapping[Any, Any], max_str: int, max_items: int, depth: int) -> dict[str, Any]:
@@ -222,13 +255,13 @@ def _redact_mapping(value: Mapping[Any, Any], max_str: int, max_items: int, dept
     for k, v in (items if extra <= 0 else list(items)[:max_items]):
         if type(k) is str and len(k) <= 256:
             key, is_secret, is_count = _key_info(k)
+            if len(key) > max_str:
+                key = _cut(key, max_str)
+        elif isinstance(k, str):
+            key = _masked_cut(k, max_str)
+            is_secret, is_count = _key_flags(k)
         else:
-            text = k if isinstance(k, str) else repr(k)
-            key = mask_secret_text(text)
-            is_secret = isinstance(k, str) and _SECRET_KEY_RE.search(k) is not None
-            is_count = isinstance(k, str) and _COUNT_KEY_RE.search(k) is not None
-        if len(key) > max_str:
-            key = _cut(key, max_str)
+            key, is_secret, is_count = _masked_cut(_safe_repr(k), max_str), False, False
         if is_secret and not (is_count and isinstance(v, int)):
             # identity checks only: ``v == ...`` on an arbitrary object (an array) may raise
             out[key] = v if v is None or (type(v) is str and not v) else MASK

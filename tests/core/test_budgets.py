@@ -221,3 +221,34 @@ def test_property_asyncio_tasks_never_overspend(items, limit, over):
 
     asyncio.run(main())
     _limits_hold(port, utc_day(clock()), g, settled, led, over)
+
+
+@pytest.mark.parametrize("budget", [{"cost_per_day_usd": float("nan")}, {"tokens_per_day": -1},
+                                    {"cost_per_day_usd": -1.0}])
+def test_nonsense_day_limits_fail_closed(budget):
+    led = BudgetLedger(MemoryLedger())
+    with pytest.raises(GateRefusal) as ei:
+        led.reserve("nb", grant(**budget), tokens=0, cost_usd=0.0)
+    assert ei.value.code is Code.BUDGET_EXCEEDED
+
+
+@pytest.mark.parametrize("rpm", [0.0, -5.0, float("nan")])
+def test_nonsense_rates_fail_closed(rpm):
+    led = BudgetLedger(MemoryLedger())
+    with pytest.raises(GateRefusal) as ei:
+        led.take_request("nb", grant(requests_per_minute=rpm))
+    assert ei.value.code is Code.BUDGET_EXCEEDED
+
+
+def test_infinite_rate_is_unlimited():
+    led = BudgetLedger(MemoryLedger())
+    for _ in range(100):
+        led.take_request("nb", grant(requests_per_minute=float("inf")))
+
+
+def test_run_budget_bad_input():
+    rb = RunBudget(max_steps=0, max_tokens=10)
+    with pytest.raises(GateRefusal):
+        rb.step()  # a zero cap allows no step
+    with pytest.raises(ValueError):
+        rb.check_tokens(-1)

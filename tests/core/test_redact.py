@@ -124,3 +124,35 @@ def test_property_generated_secret_never_survives(secret, before, after, max_str
     assert core not in out
     # and no long piece of it either (a cut must not leave a usable prefix)
     assert core[:16] not in out
+
+
+def test_huge_strings_are_masked_in_a_window_and_cut():
+    secret = "sk-ant-api03-" + "Q" * 40
+    text = "a" * 95 + secret + "b" * 5_000_000 + "sk-ant-api03-" + "Z" * 40
+    out = redact({"blob": text}, max_str=100)["blob"]
+    assert "QQQQQQ" not in out and "ZZZZ" not in out
+    assert out.endswith(f"…[+{len(text) - 100} chars]") and len(out) < 200
+
+
+@pytest.mark.parametrize("start", [0, 50, 95, 99, 100, 101])
+def test_secret_straddling_the_cut_leaves_no_prefix(start):
+    for secret in ("ghp_" + "R" * 36, "AKIA" + "ABCDEFGHIJKLMNOP", "password=" + "hunter2hunter2"):
+        text = "x" * start + secret + " tail" * 400
+        out = redact(text, max_str=100)
+        tail = secret[4:10] if not secret.startswith("password") else "hunter"
+        assert tail not in out, (start, secret, out)
+
+
+def test_huge_and_odd_keys():
+    class Hostile:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+        def __hash__(self):
+            return 1
+
+    out = redact({"x" * 10_000 + "_password": "hunter2", ("t", 1): "v", Hostile(): Hostile()}, max_str=20)
+    assert "hunter2" not in json.dumps(out)
+    assert any(v == MASK for v in out.values())
+    assert any(str(v).startswith("<Hostile (repr fail") for v in out.values())
+    assert redact(Hostile(), max_str=100) == "<Hostile (repr failed: RuntimeError)>"
