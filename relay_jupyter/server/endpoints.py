@@ -220,6 +220,8 @@ class EventsEndpoint(RelayEndpoint):
                 reason = "slow subscriber"
         finally:
             if sub is not None:
+                if sub.overflowed:
+                    reason = "slow subscriber"
                 bus.unsubscribe(sub, reason)
             broker.metrics.sse_disconnects.labels(reason).inc()
         if self._relay_stream_closed or stream.closed():
