@@ -21,7 +21,7 @@ from relay_jupyter.core.errors import Code, WorkspaceRefusal
 
 __all__ = [
     "DIR_FLAGS", "open_root", "walk_dirs", "prove_inside", "read_file_at", "write_file_at",
-    "lstat_at", "refuse_symlink",
+    "lstat_at", "refuse_symlink", "oserror_refusal",
 ]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -35,11 +35,13 @@ def refuse_symlink(shown: str) -> WorkspaceRefusal:
                             data={"reason": "symlink"})
 
 
-def _oserror(exc: OSError, shown: str) -> WorkspaceRefusal:
+def oserror_refusal(exc: OSError, shown: str) -> WorkspaceRefusal:
     if exc.errno in (errno.ELOOP, errno.EMLINK):
         return refuse_symlink(shown)
     if exc.errno == errno.ENOTDIR:
-        return WorkspaceRefusal(Code.PATH_REFUSED, f"path {shown!r} refused: a parent is not a directory",
+        # O_DIRECTORY|O_NOFOLLOW on a symlink also gives ENOTDIR: say both.
+        return WorkspaceRefusal(Code.PATH_REFUSED,
+                                f"path {shown!r} refused: a parent is not a directory (or is a symlink)",
                                 data={"reason": "not a directory"})
     if exc.errno == errno.ENOENT:
         return WorkspaceRefusal(Code.NOT_FOUND, f"{shown!r} does not exist", data={"path": shown})
@@ -59,23 +61,24 @@ def walk_dirs(root_fd: int, parts: tuple[str, ...], *, create: bool = False, sho
     fds: list[int] = []
     cur = root_fd
     try:
-        for name in parts:
-            try:
-                nxt = os.open(name, DIR_FLAGS, dir_fd=cur)
-            except FileNotFoundError:
-                if not create:
-                    raise
+        try:
+            for name in parts:
                 try:
-                    os.mkdir(name, mode, dir_fd=cur)
-                except FileExistsError:
-                    pass
-                nxt = os.open(name, DIR_FLAGS, dir_fd=cur)
-            fds.append(nxt)
-            cur = nxt
-        prove_inside(root_fd, cur, len(parts), shown=shown)
+                    nxt = os.open(name, DIR_FLAGS, dir_fd=cur)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(name, mode, dir_fd=cur)
+                    except FileExistsError:
+                        pass
+                    nxt = os.open(name, DIR_FLAGS, dir_fd=cur)
+                fds.append(nxt)
+                cur = nxt
+            prove_inside(root_fd, cur, len(parts), shown=shown)
+        except OSError as exc:  # only errors of the walk itself become refusals
+            raise oserror_refusal(exc, shown or "/".join(parts)) from None
         yield cur
-    except OSError as exc:
-        raise _oserror(exc, shown or "/".join(parts)) from None
     finally:
         for fd in fds:
             os.close(fd)
@@ -113,7 +116,7 @@ def read_file_at(dir_fd: int, name: str, *, max_bytes: int, shown: str) -> bytes
     try:
         fd = os.open(name, _FILE_READ, dir_fd=dir_fd)
     except OSError as exc:
-        raise _oserror(exc, shown) from None
+        raise oserror_refusal(exc, shown) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):

@@ -83,7 +83,10 @@ class Workspace:
             root_fd = fsops.open_root(self.root)
             try:
                 out: list[Entry] = []
-                self._scan(root_fd, "", out)
+                try:
+                    self._scan(root_fd, "", out)
+                except OSError as exc:  # the tree changed under the scan (e.g. a planted symlink)
+                    raise fsops.oserror_refusal(exc, str(exc.filename or "")) from None
                 return out
             finally:
                 os.close(root_fd)
