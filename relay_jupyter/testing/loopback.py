@@ -208,14 +208,16 @@ class LoopbackServer:
             return
 
         async def shutdown() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self._server.wait_closed()
-            loop.stop()
+            try:
+                assert self._server is not None
+                self._server.close()
+                for task in list(self._tasks):
+                    task.cancel()
+                if self._tasks:
+                    await asyncio.gather(*self._tasks, return_exceptions=True)
+                await self._server.wait_closed()
+            finally:
+                loop.stop()  # whatever happened above, the thread must end
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop)
         thread.join(timeout=10)

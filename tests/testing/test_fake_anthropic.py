@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -315,3 +316,30 @@ def test_a_bug_in_a_fake_is_a_500_and_kept_in_errors():
         r = httpx2.get(fake.base_url + "/v1/models")
         assert r.status_code == 500 and "oops" in r.json()["error"]["message"]
         assert [type(e) for e in fake.errors] == [RuntimeError]
+
+
+@pytest.mark.asyncio
+async def test_concurrent_streams_each_get_one_scripted_reply(fake):
+    fake.enqueue(*[f"reply number {i}" for i in range(8)])
+    async with client(fake) as c:
+
+        async def one() -> str:
+            async with c.messages.stream(model="m", max_tokens=10, messages=MSG) as s:
+                return await s.get_final_text()
+
+        async with asyncio.timeout(20):
+            answers = await asyncio.gather(*[one() for _ in range(8)])
+    assert sorted(answers) == sorted(f"reply number {i}" for i in range(8))
+    assert fake.pending == 0 and len(fake.requests) == 8
+
+
+def test_stop_is_idempotent_and_base_url_needs_a_started_fake():
+    fake = FakeAnthropic()
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = fake.base_url
+    fake.start()
+    port = fake.port
+    fake.stop()
+    fake.stop()
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"http://127.0.0.1:{port}/v1/models")

@@ -119,6 +119,7 @@ def first_line(proc: subprocess.Popen) -> str:
     return proc.stdout.readline().strip()
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_streamable_http_subprocess_port_zero(tmp_path):
     proc = start_http_subprocess(tmp_path)

@@ -19,7 +19,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.text(), json_values, max_size=5))
 def test_split_json_pieces_join_back_to_the_document(value):
     pieces = split_json(value)
