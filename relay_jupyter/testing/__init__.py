@@ -24,9 +24,11 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "TextBlock",
+    "ThinkingBlock",
     "ToolUseBlock",
     "Usage",
     "text",
+    "thinking",
     "tool_use",
 ]
 
@@ -37,6 +39,8 @@ _WHERE = {
     "ErrorReply": "script",
     "Reply": "script",
     "TextBlock": "script",
+    "ThinkingBlock": "script",
+    "thinking": "script",
     "ToolUseBlock": "script",
     "Usage": "script",
     "text": "script",
@@ -47,7 +51,17 @@ if TYPE_CHECKING:
     from .fake_anthropic import FakeAnthropic
     from .fake_openai import FakeOpenAI
     from .loopback import RecordedRequest
-    from .script import ErrorReply, Reply, TextBlock, ToolUseBlock, Usage, text, tool_use
+    from .script import (
+        ErrorReply,
+        Reply,
+        TextBlock,
+        ThinkingBlock,
+        ToolUseBlock,
+        Usage,
+        text,
+        thinking,
+        tool_use,
+    )
 
 
 def __getattr__(name: str) -> Any:

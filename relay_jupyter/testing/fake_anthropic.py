@@ -23,7 +23,16 @@ from typing import Any
 
 from ..protocol.sse import encode_raw
 from .loopback import ClientDisconnected, HTTPRequest, RecordedRequest, Responder
-from .script import Block, ErrorReply, Reply, TextBlock, count_tokens, split_json, split_text
+from .script import (
+    Block,
+    ErrorReply,
+    Reply,
+    TextBlock,
+    ThinkingBlock,
+    count_tokens,
+    split_json,
+    split_text,
+)
 from .scripted import Pacer, ScriptedServer, count_request_tokens
 
 __all__ = ["ERROR_TYPES", "FakeAnthropic", "count_request_tokens"]
@@ -93,6 +102,8 @@ def validate_request(body: Any) -> str | None:
 def _block_json(block: Block) -> dict[str, Any]:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
+    if isinstance(block, ThinkingBlock):
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
     return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
 
 
@@ -224,14 +235,7 @@ class FakeAnthropic(ScriptedServer):
                                          "message": self._message(reply, body, stream_start=True)})
             await emit("ping", {"type": "ping"})
             for index, block in enumerate(reply.blocks):
-                start = _block_json(block)
-                if isinstance(block, TextBlock):
-                    start["text"] = ""
-                    pieces = [("text_delta", "text", c, count_tokens(c) or 1)
-                              for c in split_text(block.text, reply.chunk_tokens)]
-                else:
-                    start["input"] = {}
-                    pieces = [("input_json_delta", "partial_json", c, 1) for c in split_json(block.input)]
+                start, pieces = _block_deltas(block, reply.chunk_tokens)
                 await emit("content_block_start", {"type": "content_block_start", "index": index,
                                                    "content_block": start})
                 for delta_type, key, chunk, tokens in pieces:
@@ -262,6 +266,23 @@ class FakeAnthropic(ScriptedServer):
         kind = reply.error_type
         await emit("error", error_body(kind, _MESSAGES.get(kind, kind)))
         await responder.end()
+
+
+def _block_deltas(block: Block, chunk_tokens: int) -> tuple[dict[str, Any], list[tuple[str, str, str, int]]]:
+    """The ``content_block_start`` payload of a block and its deltas as (delta type, field, value,
+    tokens for pacing)."""
+    start = _block_json(block)
+    if isinstance(block, TextBlock):
+        start["text"] = ""
+        return start, [("text_delta", "text", c, count_tokens(c) or 1)
+                       for c in split_text(block.text, chunk_tokens)]
+    if isinstance(block, ThinkingBlock):
+        start.update(thinking="", signature="")
+        pieces = [("thinking_delta", "thinking", c, count_tokens(c) or 1)
+                  for c in split_text(block.thinking, chunk_tokens)]
+        return start, [*pieces, ("signature_delta", "signature", block.signature, 0)]
+    start["input"] = {}
+    return start, [("input_json_delta", "partial_json", c, 1) for c in split_json(block.input)]
 
 
 def _request_id() -> str:

@@ -20,7 +20,16 @@ import time
 from typing import Any
 
 from .loopback import ClientDisconnected, HTTPRequest, RecordedRequest, Responder
-from .script import ErrorReply, Reply, TextBlock, ToolUseBlock, count_tokens, split_json, split_text
+from .script import (
+    ErrorReply,
+    Reply,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    count_tokens,
+    split_json,
+    split_text,
+)
 from .scripted import Pacer, ScriptedServer, count_request_tokens
 
 __all__ = ["FINISH_REASONS", "FakeOpenAI"]
@@ -154,6 +163,9 @@ class FakeOpenAI(ScriptedServer):
                   "function": {"name": b.name, "arguments": json.dumps(b.input)}}
                  for b in reply.blocks if isinstance(b, ToolUseBlock)]
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+        reasoning = [b.thinking for b in reply.blocks if isinstance(b, ThinkingBlock)]
+        if reasoning:
+            message["reasoning_content"] = "".join(reasoning)
         if calls:
             message["tool_calls"] = calls
         return {
@@ -191,6 +203,9 @@ class FakeOpenAI(ScriptedServer):
                 if isinstance(block, TextBlock):
                     pieces = [({"content": c}, count_tokens(c) or 1)
                               for c in split_text(block.text, reply.chunk_tokens)]
+                elif isinstance(block, ThinkingBlock):
+                    pieces = [({"reasoning_content": c}, count_tokens(c) or 1)
+                              for c in split_text(block.thinking, reply.chunk_tokens)]
                 else:
                     args = split_json(block.input)
                     first = {"index": call_index, "id": block.id, "type": "function",

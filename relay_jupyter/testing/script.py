@@ -29,12 +29,14 @@ __all__ = [
     "Reply",
     "Script",
     "TextBlock",
+    "ThinkingBlock",
     "ToolUseBlock",
     "Usage",
     "count_tokens",
     "split_json",
     "split_text",
     "text",
+    "thinking",
     "tool_use",
 ]
 
@@ -61,7 +63,17 @@ class ToolUseBlock:
     id: str
 
 
-Block = TextBlock | ToolUseBlock
+@dataclass(frozen=True)
+class ThinkingBlock:
+    """Extended thinking: the Anthropic fake streams it as ``thinking_delta`` + ``signature_delta``;
+    the OpenAI fake as ``reasoning_content`` (the vLLM / DeepSeek convention)."""
+
+    thinking: str
+    signature: str
+
+
+Block = TextBlock | ToolUseBlock | ThinkingBlock
+_BLOCK_TYPES = (TextBlock, ToolUseBlock, ThinkingBlock)
 
 
 def text(value: str) -> TextBlock:
@@ -69,6 +81,14 @@ def text(value: str) -> TextBlock:
     if not isinstance(value, str):
         raise TypeError(f"text() takes a str, got {type(value).__name__}")
     return TextBlock(value)
+
+
+def thinking(value: str, signature: str | None = None) -> ThinkingBlock:
+    """A thinking block for a :class:`Reply`; ``signature`` defaults to a fresh opaque string (clients
+    must send it back unchanged)."""
+    if not isinstance(value, str):
+        raise TypeError(f"thinking() takes a str, got {type(value).__name__}")
+    return ThinkingBlock(value, signature or f"sigfake{secrets.token_hex(16)}")
 
 
 def tool_use(name: str, input: dict[str, Any] | None = None, id: str | None = None) -> ToolUseBlock:
@@ -129,8 +149,9 @@ class Reply:
         flat = [b for arg in blocks for b in (arg if isinstance(arg, (list, tuple)) else (arg,))]
         converted = tuple(TextBlock(b) if isinstance(b, str) else b for b in flat)
         for b in converted:
-            if not isinstance(b, (TextBlock, ToolUseBlock)):
-                raise TypeError(f"Reply() takes text()/tool_use() blocks or str, got {type(b).__name__}")
+            if not isinstance(b, _BLOCK_TYPES):
+                raise TypeError(f"Reply() takes text()/tool_use()/thinking() blocks or str, "
+                                f"got {type(b).__name__}")
         object.__setattr__(self, "blocks", converted)
         for name in (
             "stop_reason", "usage", "error_after", "error_type", "first_token_delay",
@@ -157,7 +178,12 @@ class Reply:
             return self.usage.output_tokens
         n = 0
         for b in self.blocks:
-            n += count_tokens(b.text) if isinstance(b, TextBlock) else count_tokens(json.dumps(b.input)) + 1
+            if isinstance(b, TextBlock):
+                n += count_tokens(b.text)
+            elif isinstance(b, ThinkingBlock):
+                n += count_tokens(b.thinking)
+            else:
+                n += count_tokens(json.dumps(b.input)) + 1
         return max(n, 1)
 
 
@@ -233,7 +259,7 @@ class Script:
 
     def push(self, item: Reply | ErrorReply | Block | str | list[Block | str]) -> None:
         """Append one reply (a str, a block or a list of blocks is wrapped in a :class:`Reply`)."""
-        if isinstance(item, (str, TextBlock, ToolUseBlock)):
+        if isinstance(item, (str, *_BLOCK_TYPES)):
             item = Reply(item)
         elif isinstance(item, list):
             item = Reply(*item)

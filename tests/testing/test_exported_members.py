@@ -6,8 +6,8 @@ from relay_jupyter import testing
 from relay_jupyter.testing import fake_anthropic, fake_openai, mcp_server, pytest_plugin, script
 
 PUBLIC = {
-    "ErrorReply", "FakeAnthropic", "FakeOpenAI", "RecordedRequest", "Reply", "TextBlock", "ToolUseBlock",
-    "Usage", "text", "tool_use",
+    "ErrorReply", "FakeAnthropic", "FakeOpenAI", "RecordedRequest", "Reply", "TextBlock", "ThinkingBlock",
+    "ToolUseBlock", "Usage", "text", "thinking", "tool_use",
 }
 
 

@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from relay_jupyter.protocol.sse import parse_stream
-from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text, tool_use
+from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text, thinking, tool_use
 from relay_jupyter.testing.script import split_json
 
 KEY = "test-key-sk-ant-xyz"
@@ -343,3 +343,19 @@ def test_stop_is_idempotent_and_base_url_needs_a_started_fake():
     fake.stop()
     with pytest.raises(httpx2.ConnectError):
         httpx2.get(f"http://127.0.0.1:{port}/v1/models")
+
+
+@pytest.mark.asyncio
+async def test_thinking_block_streams_with_signature(fake):
+    fake.enqueue(Reply(thinking("First I consider the numbers carefully.", signature="sig-1"), text("3")))
+    async with client(fake) as c:
+        kinds = []
+        async with c.messages.stream(model="m", max_tokens=10, messages=MSG) as s:
+            async for ev in s:
+                kinds.append(ev.type)
+            final = await s.get_final_message()
+    block = final.content[0]
+    assert (block.type, block.thinking, block.signature) == (
+        "thinking", "First I consider the numbers carefully.", "sig-1")
+    assert "thinking" in kinds and "signature" in kinds
+    assert final.content[1].text == "3" and final.usage.output_tokens == 7

@@ -8,7 +8,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from relay_jupyter.testing import FakeOpenAI, Reply, Usage, text, tool_use
+from relay_jupyter.testing import FakeOpenAI, Reply, Usage, text, thinking, tool_use
 
 KEY = "sk-test-openai"
 MSG = [{"role": "user", "content": "add two numbers please"}]
@@ -137,3 +137,11 @@ async def test_error_mid_stream_is_a_data_line_without_done(fake):
     assert "error" in chunks[-1]
     assert sum(1 for c in chunks if c.get("choices") and c["choices"][0]["delta"].get("content")) == 3
     assert fake.last_request.completed
+
+
+@pytest.mark.asyncio
+async def test_thinking_becomes_reasoning_content(fake):
+    fake.enqueue(Reply(thinking("step one then step two"), "answer"))
+    chunks, _ = await stream_chat(fake)
+    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
+    assert reasoning == "step one then step two" and assemble(chunks)[0] == "answer"
