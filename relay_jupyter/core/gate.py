@@ -33,7 +33,7 @@ from .errors import Code, GateRefusal, Refusal
 from .grants import GrantBook
 from .ports import AuditSink, ConsentPort
 from .pricing import Pricing
-from .redact import redact
+from .redact import redact_arguments
 from .types import (
     AuditRecord,
     ConsentDecision,
@@ -130,7 +130,7 @@ class Gate:
             req = ToolRequest.model_validate(req)
         if not callable(execute):
             raise TypeError("execute must be a callable returning an awaitable")
-        args = redact(req.arguments)
+        args = redact_arguments(req.arguments)
         name = req.tool.name
 
         grant = self.grants.get(req.origin)

@@ -85,7 +85,10 @@ class GrantBook:
     def get(self, origin: str) -> Grant | None:
         """The live grant of ``origin``; None when there is none or it has expired."""
         grant = self._load(origin)
-        if grant is None or grant.expired(self._clock()):
+        if grant is None:
+            return None
+        expires = grant.expires_at
+        if expires is not None and self._clock() >= expires:
             return None
         return grant
 

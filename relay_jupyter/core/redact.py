@@ -213,6 +213,14 @@ def redact(value: Any, *, max_str: int = 200, max_items: int = 100, max_depth: i
 _SCALARS = frozenset({type(None), bool, int, float})
 
 
+def redact_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """``redact(arguments)`` with the default limits, for tool-call arguments (a dict, as
+    ``ToolRequest`` guarantees). The gate's hot path: skips re-checking the limits."""
+    if type(arguments) is dict:
+        return _redact_mapping(arguments, 200, 100, 12)
+    return redact(arguments)
+
+
 def _redact(value: Any, max_str: int, max_items: int, depth: int) -> Any:
     kind = type(value)
     # exact-type fast paths first (ABC isinstance checks cost microseconds)

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay_jupyter.core.redact import LINE_MASK, MASK, looks_secret, mask_secret_lines, redact
+from relay_jupyter.core.redact import (
+    LINE_MASK,
+    MASK,
+    looks_secret,
+    mask_secret_lines,
+    redact,
+    redact_arguments,
+)
 
 SECRETS = [
     "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv",
@@ -156,3 +163,17 @@ def test_huge_and_odd_keys():
     assert any(v == MASK for v in out.values())
     assert any(str(v).startswith("<Hostile (repr fail") for v in out.values())
     assert redact(Hostile(), max_str=100) == "<Hostile (repr failed: RuntimeError)>"
+
+
+json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=300),
+                                     secret_st), lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=20) | st.sampled_from(["password", "max_tokens"]),
+                                             inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(args=st.dictionaries(st.text(max_size=30) | st.sampled_from(["token", "api_key", "path"]), json_values,
+                            max_size=6))
+def test_property_redact_arguments_is_redact(args):
+    """The gate's fast path gives exactly what redact() gives."""
+    assert redact_arguments(args) == redact(args)
