@@ -21,7 +21,7 @@ from .base import (
     ToolCallDone,
     TurnEvent,
     UsageEvent,
-    parse_retry_after,
+    retry_after_from,
     stream_with_retries,
     tool_schemas,
 )
@@ -143,7 +143,7 @@ class AnthropicBackend:
 
     def _status_failure(self, exc: Any) -> BackendFailure:
         status = getattr(exc, "status_code", None)
-        retry_after = parse_retry_after(exc.response.headers.get("retry-after")) if exc.response else None
+        retry_after = retry_after_from(exc.response.headers) if exc.response is not None else None
         retryable = status in self.retry.retry_statuses
         # The SDK message may quote the request; keep only the status and the API's error type.
         detail = ""

@@ -106,6 +106,19 @@ class RetryPolicy:
         return min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
 
 
+def retry_after_from(headers: Any) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` (preferred, as the Anthropic SDK does) or ``retry-after``."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            value = float(ms) / 1000
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+    return parse_retry_after(headers.get("retry-after"))
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a ``retry-after`` header (delta-seconds form only; dates are ignored)."""
     if not value:

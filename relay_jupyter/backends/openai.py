@@ -24,7 +24,7 @@ from .base import (
     ToolCallDone,
     TurnEvent,
     UsageEvent,
-    parse_retry_after,
+    retry_after_from,
     stream_with_retries,
 )
 
@@ -139,7 +139,7 @@ class OpenAIBackend:
                     await resp.aread()
                     raise BackendFailure(
                         f"the model endpoint answered HTTP {resp.status_code}", status=resp.status_code,
-                        retry_after=parse_retry_after(resp.headers.get("retry-after")),
+                        retry_after=retry_after_from(resp.headers),
                         retryable=resp.status_code in self.retry.retry_statuses)
                 async for line in resp.aiter_lines():
                     if len(line) > _MAX_LINE:

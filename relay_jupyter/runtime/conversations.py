@@ -18,13 +18,16 @@ __all__ = ["ConversationStore", "MemoryConversations", "next_turn", "fork_histor
 
 @runtime_checkable
 class ConversationStore(Protocol):
-    def load_conversation(self, conversation: str) -> list[dict[str, Any]] | None:
-        """The stored messages, or None when the conversation does not exist."""
-    def save_conversation(self, conversation: str, origin: str, messages: list[dict[str, Any]]) -> None:
-        """Replace the stored messages (insert when new)."""
-    def delete_conversation(self, conversation: str) -> bool: ...
+    """What ``storage.sqlite.Store`` offers for conversations (and :class:`MemoryConversations`)."""
+
+    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
+        """``{conv_id, origin, name, messages, meta, created_at, updated_at}`` or None."""
+    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
+                          meta: dict[str, Any]) -> None:
+        """Insert or replace."""
+    def delete_conversation(self, conv_id: str) -> bool: ...
     def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
-        """``[{conversation, origin, turns, updated_at}]``, newest first."""
+        """Summaries without messages, newest first."""
 
 
 def next_turn(history: list[dict[str, Any]]) -> int:
@@ -39,33 +42,36 @@ def fork_history(history: list[dict[str, Any]], at_turn: int) -> list[dict[str, 
 
 
 class MemoryConversations:
-    """A :class:`ConversationStore` in a dict (tests, benchmarks)."""
+    """A :class:`ConversationStore` in a dict (tests, benchmarks), same shapes as the SQLite store."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[str, dict[str, Any]] = {}
 
-    def load_conversation(self, conversation: str) -> list[dict[str, Any]] | None:
-        """Copy of the stored messages, or None."""
+    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
+        """A deep copy of the stored row, or None."""
         with self._lock:
-            row = self._rows.get(conversation)
-            return copy.deepcopy(row["messages"]) if row else None
+            row = self._rows.get(conv_id)
+            return copy.deepcopy(row) if row else None
 
-    def save_conversation(self, conversation: str, origin: str, messages: list[dict[str, Any]]) -> None:
-        """Replace the stored messages."""
+    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
+                          meta: dict[str, Any]) -> None:
+        """Insert or replace; ``created_at`` is kept."""
+        now = time.time()
         with self._lock:
-            self._rows[conversation] = {"origin": origin, "messages": copy.deepcopy(messages),
-                                        "updated_at": time.time()}
+            created = self._rows.get(conv_id, {}).get("created_at", now)
+            self._rows[conv_id] = {"conv_id": conv_id, "origin": origin, "name": name,
+                                   "messages": copy.deepcopy(messages), "meta": copy.deepcopy(meta),
+                                   "created_at": created, "updated_at": now}
 
-    def delete_conversation(self, conversation: str) -> bool:
+    def delete_conversation(self, conv_id: str) -> bool:
         """Remove; True when it existed."""
         with self._lock:
-            return self._rows.pop(conversation, None) is not None
+            return self._rows.pop(conv_id, None) is not None
 
     def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
-        """Newest first."""
+        """Summaries (``message_count`` instead of messages), newest first."""
         with self._lock:
-            rows = [{"conversation": cid, "origin": r["origin"], "turns": next_turn(r["messages"]),
-                     "updated_at": r["updated_at"]} for cid, r in self._rows.items()
-                    if origin is None or r["origin"] == origin]
+            rows = [{k: v for k, v in r.items() if k != "messages"} | {"message_count": len(r["messages"])}
+                    for r in self._rows.values() if origin is None or r["origin"] == origin]
         return sorted(rows, key=lambda r: r["updated_at"], reverse=True)

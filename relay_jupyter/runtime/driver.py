@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backends.base import Backend, Stop, TextDelta, ToolCallDone, UsageEvent
 from ..core.types import ToolSpec, Usage
+from .tools import MAX_ARGUMENT_BYTES
 
 __all__ = ["Coalescer", "TurnResult", "drive_turn"]
 
@@ -84,7 +85,9 @@ class TurnResult:
         if self.text:
             blocks.append({"type": "text", "text": self.text})
         for c in self.calls:
-            blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.input})
+            # an oversized argument object is refused; re-sending it every turn would only burn tokens
+            args = c.input if c.raw_size <= MAX_ARGUMENT_BYTES else {"omitted": "arguments over the size limit"}
+            blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": args})
         return {"role": "assistant", "content": blocks}
 
 

@@ -28,12 +28,10 @@ from ..core.errors import Code, GateRefusal, Refusal
 from ..core.redact import redact
 from ..core.types import ToolRequest, ToolSpec
 from ..protocol.names import EventType
-from .tools import ToolContext, ToolIndex, ToolResult, as_result
+from .tools import MAX_ARGUMENT_BYTES, ToolContext, ToolIndex, ToolResult, as_result
 
 __all__ = ["MAX_ARGUMENT_BYTES", "MAX_RESULT_CHARS", "Executor", "Emit", "refused"]
 
-#: Largest accepted argument object, as JSON bytes.
-MAX_ARGUMENT_BYTES = 256 * 1024
 #: Largest tool result kept (stored and sent); longer output is cut with a marker.
 MAX_RESULT_CHARS = 512 * 1024
 

@@ -263,7 +263,7 @@ class RunManager:
 
     async def _loop(self, run: _Run, backend: Backend) -> None:
         cfg, params, ctx = self.config, run.params, run.ctx
-        history = self.conversations.load_conversation(ctx.conversation) or []
+        history = _messages(self.conversations.load_conversation(ctx.conversation))
         run.turn = next_turn(history)
         history.append(user_message(params.prompt, params.attachments, turn=run.turn))
         run.history = history
@@ -276,8 +276,7 @@ class RunManager:
             if run.steps >= cfg.max_steps:
                 raise GateRefusal(Code.BUDGET_EXCEEDED, f"step limit of {cfg.max_steps} per run reached",
                                   data={"limit": "max_steps"})
-            budget.step()
-            run.steps += 1
+            run.steps += 1  # the gate counts the step on the RunBudget in begin_completion
             self._emit(run, EventType.STEP, {"step": run.steps})
             messages = prepare(history, result_budget=cfg.result_budget)
             estimate = _estimate_tokens(messages, cfg.system_prompt) + max_tokens
@@ -342,7 +341,8 @@ class RunManager:
         run.pending, run.results = [], {}
 
     def _repair_history(self, conversation: str, origin: str, unknown: set[str]) -> None:
-        history = self.conversations.load_conversation(conversation)
+        row = self.conversations.load_conversation(conversation) or {}
+        history = _messages(row)
         if not history:
             return
         answered = {b.get("tool_use_id") for m in history if m.get("role") == "user"
@@ -359,10 +359,13 @@ class RunManager:
                     blocks.append(tool_result_block(b["id"], b.get("name", ""), text, True))
         if blocks:
             history.append({"role": "user", "content": blocks, "turn": turn})
-            self.conversations.save_conversation(conversation, origin, history)
+            self.conversations.save_conversation(conversation, row.get("origin") or origin, row.get("name", ""),
+                                                 history, row.get("meta") or {})
 
     def _save(self, run: _Run) -> None:
-        self.conversations.save_conversation(run.ctx.conversation, run.ctx.origin, run.history)
+        name = _name_of(run.history)
+        self.conversations.save_conversation(run.ctx.conversation, run.ctx.origin, name, run.history,
+                                             {"model": run.params.model, "backend": run.params.backend})
 
     # ---- ending ---------------------------------------------------------------------------
 
@@ -422,6 +425,21 @@ class RunManager:
         return {"run_id": run.run_id, "origin": run.ctx.origin, "conversation": run.ctx.conversation,
                 "originator": run.ctx.client_id, "model": run.params.model, "backend": run.params.backend,
                 "mode": run.tool_ctx.mode.value, "steps": run.steps}
+
+
+def _messages(row: dict[str, Any] | None) -> list[dict[str, Any]]:
+    messages = (row or {}).get("messages")
+    return list(messages) if isinstance(messages, list) else []
+
+
+def _name_of(history: list[dict[str, Any]]) -> str:
+    """A conversation's display name: the start of its first prompt."""
+    for m in history:
+        if m.get("role") == "user":
+            for b in m.get("content") or []:
+                if isinstance(b, dict) and b.get("type") == "text":
+                    return " ".join(b.get("text", "").split())[:80]
+    return ""
 
 
 def _estimate_tokens(messages: list[dict[str, Any]], system: str) -> int:

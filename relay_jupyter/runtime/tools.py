@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..core.types import PermissionMode, ToolSpec
 
 __all__ = [
+    "MAX_ARGUMENT_BYTES",
     "ToolContext",
     "Preflight",
     "ToolResult",
@@ -29,6 +30,10 @@ __all__ = [
     "ToolIndex",
     "as_result",
 ]
+
+
+#: Largest accepted argument object of a tool call, as JSON bytes (object root).
+MAX_ARGUMENT_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
