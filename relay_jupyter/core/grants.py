@@ -64,6 +64,7 @@ class GrantBook:
         self._ttl = cache_ttl
         self._lock = threading.RLock()
         self._cache: dict[str, tuple[float, Grant | None]] = {}
+        self._gen = 0
         # Every consent id ever seen for an origin: a widening must bring one not in here.
         self._seen: dict[str, set[str]] = {}
         for g in store.list_grants():
@@ -74,13 +75,21 @@ class GrantBook:
             hit = self._cache.get(origin)
             if hit is not None and self._mono() - hit[0] < self._ttl:
                 return hit[1]
+        gen = self._gen
         grant = self._store.get_grant(origin)
-        if self._ttl > 0:
-            self._cache[origin] = (self._mono(), grant)
-        if grant is not None:
-            with self._lock:
+        with self._lock:
+            # A write (issue, narrow, revoke) that ran while we read the store bumped the
+            # generation: what we read may be stale, so it must not be cached over the write.
+            if self._ttl > 0 and gen == self._gen:
+                self._cache[origin] = (self._mono(), grant)
+            if grant is not None:
                 self._seen.setdefault(origin, set()).add(grant.consent_id)
         return grant
+
+    def _written(self, origin: str) -> None:
+        # under self._lock, after the store write
+        self._gen += 1
+        self._cache.pop(origin, None)
 
     def get(self, origin: str) -> Grant | None:
         """The live grant of ``origin``; None when there is none or it has expired."""
@@ -118,7 +127,7 @@ class GrantBook:
                     )
             self._store.put_grant(grant)
             seen.add(grant.consent_id)
-            self._cache.pop(grant.origin, None)
+            self._written(grant.origin)
             return grant
 
     def narrow(self, origin: str, *, tools: Iterable[str] | None = None, models: Iterable[str] | None = None,
@@ -150,14 +159,15 @@ class GrantBook:
                                   f"narrow() cannot widen the grant of {origin} ({', '.join(why)})",
                                   data={"origin": origin, "widens": why})
             self._store.put_grant(new)
-            self._cache.pop(origin, None)
+            self._written(origin)
             return new
 
     def revoke(self, origin: str) -> bool:
         """Delete the grant of ``origin``; True when there was one. Takes effect at once here."""
         with self._lock:
-            self._cache.pop(origin, None)
-            return self._store.delete_grant(origin)
+            deleted = self._store.delete_grant(origin)
+            self._written(origin)
+            return deleted
 
     def list(self) -> list[Grant]:
         """Every live (unexpired) grant, ordered by origin."""
@@ -167,6 +177,7 @@ class GrantBook:
     def invalidate(self, origin: str | None = None) -> None:
         """Forget cached reads (all, or one origin's): the next read goes to the store."""
         with self._lock:
+            self._gen += 1
             if origin is None:
                 self._cache.clear()
             else:

@@ -169,3 +169,27 @@ def test_property_widens_matches_set_and_limit_semantics(old, new):
         and (old.expires_at is None or (new.expires_at is not None and new.expires_at <= old.expires_at))
     )
     assert narrower == (not widens(new, old))
+
+
+def test_revoke_racing_a_read_never_leaves_a_stale_cache_entry():
+    """A read that fetched the grant before a revoke must not cache it after the revoke."""
+    import threading
+
+    revoked = threading.Event()
+
+    class SlowStore(MemoryGrantStore):
+        def get_grant(self, origin):
+            grant = super().get_grant(origin)
+            if threading.current_thread().name == "reader":
+                book.revoke(origin)  # the write lands between the read and the cache fill
+                revoked.set()
+            return grant
+
+    store = SlowStore()
+    store.put_grant(BASE)
+    book = GrantBook(store, FakeClock(), cache_ttl=3600)
+    t = threading.Thread(target=book.get, args=("nb",), name="reader")
+    t.start()
+    t.join()
+    assert revoked.is_set()
+    assert book.get("nb") is None  # served from the store, not a stale cache entry
