@@ -92,3 +92,32 @@ async def test_completion_audit_has_no_prompt_content():
     res.release()
     (rec,) = rig.audit.records
     assert set(rec.arguments) == {"estimated_tokens", "reserved_usd"}
+
+
+@pytest.mark.asyncio
+async def test_records_survive_the_json_lines_audit_log(tmp_path):
+    """Records the gate builds (unvalidated, for speed) round-trip through the real AuditLog."""
+    audit_log = pytest.importorskip("relay_jupyter.storage.audit_log")
+    rig = make_rig()
+    log = audit_log.AuditLog(tmp_path / "audit.jsonl")
+    try:
+        rig.gate.audit = log
+        rig.book.issue(Grant(origin="o", tools=frozenset({"t"}), consent_id="c"))
+        secret = "sk-ant-api03-" + "S" * 30
+
+        async def execute():
+            return 1
+
+        await rig.gate.call_tool(ToolRequest(origin="o", tool=ToolSpec(name="t", tool_class=ToolClass.READ),
+                                             call_id="k", arguments={"q": f"use {secret}"}), execute,
+                                 StaticConsent("deny"))
+        with pytest.raises(GateRefusal):
+            await rig.gate.call_tool(ToolRequest(origin="o", tool=ToolSpec(name="t"), call_id="k2"), execute,
+                                     StaticConsent("deny"))
+        log.sync()
+        records = log.tail(10)
+        assert [(r.seq, r.decision, r.call_id) for r in records] == [(1, "allow", "k"), (2, "deny", "k2")]
+        assert records[0].arguments == {"q": "use <masked>"}
+        assert secret not in (tmp_path / "audit.jsonl").read_text()
+    finally:
+        log.close()

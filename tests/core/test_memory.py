@@ -109,3 +109,12 @@ def test_run_journal_intent_outcome():
         j.call_outcome("r1", "nope", {})
     with pytest.raises(KeyError):
         j.run_finished("nope", "done")
+
+
+def test_static_consent_rejects_unknown_decisions():
+    from relay_jupyter.core.consent import StaticConsent
+
+    with pytest.raises(ValueError):
+        StaticConsent("maybe")
+    with pytest.raises(ValueError):
+        StaticConsent("allow", scope="forever")
