@@ -1,0 +1,212 @@
+"""The ``demo`` backend: scripted conversations for people without an API key (Binder, a first try).
+
+It is a real backend behind the same protocol as ``anthropic`` and ``openai``: its tool calls meet
+the real gate, consent cards, workspace diffs and budgets. It is never chosen silently: the broker
+selects it only when no real backend is configured, and every text it produces starts with
+``[demo]`` and says how to configure a real one.
+
+Scripts are picked by keywords in the latest prompt; each step looks at the previous tool result,
+so a denied push is reported as denied. Hand-written (no library fits): a few dozen lines of
+deterministic replay that the documentation notebooks can rely on under nbval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ..core.types import ToolSpec
+from ..core.types import Usage as TokenUsage
+from .base import Stop, TextDelta, ToolCallDone, TurnEvent, UsageEvent
+
+__all__ = ["DemoBackend", "DEMO_MODEL", "DEMO_NOTICE"]
+
+DEMO_MODEL = "demo"
+DEMO_NOTICE = (
+    "This is the relay **demo** backend: a scripted replay, not a model. To use Claude, give the "
+    "Jupyter server an Anthropic key (`ANTHROPIC_API_KEY` in the server's environment, "
+    "`c.RelayApp.anthropic_api_key`, or the 0600 secrets file); for a local model set "
+    "`c.RelayApp.openai_base_url`."
+)
+
+_CHUNK = 24  # characters per streamed delta: enough deltas to show streaming, few enough to stay cheap
+
+_DEMO_SCRIPT = '''import pandas as pd
+
+
+def clean(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop empty rows and normalise column names."""
+    df = df.dropna(how="all")
+    df.columns = [c.strip().lower() for c in df.columns]
+    return df
+'''
+
+
+def _prompt_and_step(messages: list[dict[str, Any]]) -> tuple[str, int, list[dict[str, Any]]]:
+    """The latest user prompt text, how many assistant turns answered it so far, and the
+    tool results of the newest user message (empty when it is a prompt)."""
+    step = 0
+    for msg in reversed(messages):
+        content = msg.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": str(content)}]
+        if msg.get("role") == "assistant":
+            step += 1
+            continue
+        texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        if texts and not any(b.get("type") == "tool_result" for b in blocks):
+            return "\n".join(texts), step, []
+    return "", step, []
+
+
+def _last_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not messages or messages[-1].get("role") != "user":
+        return []
+    content = messages[-1].get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if b.get("type") == "tool_result"]
+
+
+def _find(tools: Sequence[ToolSpec], *suffixes: str) -> str | None:
+    for tool in tools:
+        if any(tool.name == s or tool.name.endswith("__" + s) for s in suffixes):
+            return tool.name
+    return None
+
+
+class DemoBackend:
+    """Scripted replay. ``delay`` paces the deltas so a person sees the text stream in."""
+
+    name = "demo"
+
+    def __init__(self, *, delay: float = 0.01) -> None:
+        self.delay = delay
+
+    def allows_model(self, model: str) -> bool:
+        return model == DEMO_MODEL or model.startswith(DEMO_MODEL + "-")
+
+    async def stream_turn(self, model: str, system: str, messages: list[dict[str, Any]],
+                          tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
+        prompt, step, _ = _prompt_and_step(messages)
+        results = _last_results(messages)
+        text, calls = self._script(prompt.lower(), step, results, tools)
+        sent = 0
+        if text:
+            text = "**[demo]** " + text
+            for i in range(0, len(text), _CHUNK):
+                yield TextDelta(text[i:i + _CHUNK])
+                sent += 1
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+        for n, (name, args) in enumerate(calls):
+            yield ToolCallDone(id=f"demo_{step}_{n}", name=name, input=args,
+                               raw_size=len(json.dumps(args)))
+        prompt_tokens = sum(len(json.dumps(m.get("content", ""))) for m in messages) // 4 + len(system) // 4
+        yield UsageEvent(TokenUsage(input_tokens=prompt_tokens, output_tokens=max(1, len(text) // 4)))
+        yield Stop("tool_use" if calls else "end_turn")
+
+    # -- scripts --------------------------------------------------------------------------------------
+
+    def _script(self, prompt: str, step: int, results: list[dict[str, Any]],
+                tools: Sequence[ToolSpec]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+        if re.search(r"\b(data ?frames?|variables?|describe|columns?)\b", prompt):
+            return self._dataframes(step, results, tools)
+        if re.search(r"\b(files?|scripts?|scratch|diff|push|save)\b", prompt):
+            return self._scratch(step, results, tools)
+        if re.search(r"\b(time|clock|date)\b", prompt):
+            return self._time(step, results, tools)
+        if re.search(r"\b(cell|code)\b", prompt):
+            return self._cell(step, results, tools)
+        return (
+            "Hello! I can show what relay does without a key. Try asking me to *describe the "
+            "DataFrames*, to *write a cleaning script to a file*, for *the time* (with the "
+            "`mcp-server-time` MCP server configured), or to *propose a code cell*.\n\n" + DEMO_NOTICE,
+            [],
+        )
+
+    @staticmethod
+    def _missing(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+        return (f"I would use the `{name}` tool here, but this notebook's grant does not include it. "
+                f"Grant it on the connect card or with `relay.connect(...)`.\n\n{DEMO_NOTICE}", [])
+
+    @staticmethod
+    def _outcome(results: list[dict[str, Any]]) -> tuple[bool, str]:
+        if not results:
+            return False, ""
+        first = results[0]
+        body = first.get("content", "")
+        if not isinstance(body, str):
+            body = json.dumps(body)
+        return bool(first.get("is_error")), body
+
+    def _dataframes(self, step, results, tools):
+        list_vars = _find(tools, "list_variables")
+        describe = _find(tools, "describe_dataframe")
+        if step == 0:
+            return ("Let me look at the variables in your kernel.", [(list_vars, {})]) if list_vars \
+                else self._missing("list_variables")
+        failed, body = self._outcome(results)
+        if step == 1:
+            match = re.search(r'"name":\s*"([^"]+)"[^{}]*"type":\s*"DataFrame"', body) or \
+                re.search(r"(\w+)\s*:\s*DataFrame", body)
+            if failed or not match:
+                return (f"I could not find a DataFrame in the kernel.\n\n{DEMO_NOTICE}", [])
+            if not describe:
+                return self._missing("describe_dataframe")
+            return (f"`{match.group(1)}` is a DataFrame; describing it.", [(describe, {"name": match.group(1)})])
+        if failed:
+            return (f"Describing the DataFrame failed: {body[:200]}\n\n{DEMO_NOTICE}", [])
+        first = body.strip().splitlines()[:6]
+        summary = "\n".join(f"    {line[:100]}" for line in first)
+        return ("Here is what the kernel reported (a real model would interpret it):\n\n"
+                f"{summary}\n\n{DEMO_NOTICE}", [])
+
+    def _scratch(self, step, results, tools):
+        write, edit, push = _find(tools, "scratch_write"), _find(tools, "scratch_edit"), _find(tools, "scratch_push")
+        if step == 0:
+            if not write:
+                return self._missing("scratch_write")
+            return ("I'll draft a cleaning script in the scratch workspace first; nothing outside it changes yet.",
+                    [(write, {"path": "clean.py", "content": _DEMO_SCRIPT})])
+        failed, body = self._outcome(results)
+        if failed:
+            return (f"That step was refused or failed: {body[:300]}\n\n{DEMO_NOTICE}", [])
+        if step == 1:
+            if not edit:
+                return self._missing("scratch_edit")
+            return ("Now an exact edit: keep rows that have any value, and strip column names once.",
+                    [(edit, {"path": "clean.py", "edits": [
+                        {"old_text": 'df = df.dropna(how="all")',
+                         "new_text": 'df = df.dropna(how="all").copy()'}]})])
+        if step == 2:
+            if not push:
+                return self._missing("scratch_push")
+            return ("The diff above is what changed. Now I ask to write it into your project as "
+                    "`clean.py`: that is a write, so you decide.",
+                    [(push, {"path": "clean.py", "target": "clean.py"})])
+        return ("Written. You can revert it from `relay.checkpoints()`.\n\n" + DEMO_NOTICE, [])
+
+    def _time(self, step, results, tools):
+        clock = _find(tools, "get_current_time")
+        if step == 0:
+            if not clock:
+                return self._missing("time__get_current_time")
+            return ("Asking the time MCP server.", [(clock, {"timezone": "UTC"})])
+        failed, body = self._outcome(results)
+        verdict = "failed" if failed else "answered"
+        return (f"The time server {verdict}:\n\n    {body[:300]}\n\n{DEMO_NOTICE}", [])
+
+    def _cell(self, step, results, tools):
+        propose = _find(tools, "propose_cell")
+        if step == 0:
+            if not propose:
+                return self._missing("propose_cell")
+            return ("I'll propose a cell for you to review; it will not run until you run it.",
+                    [(propose, {"code": "df.describe()"})])
+        failed, body = self._outcome(results)
+        if failed:
+            return (f"The proposal was not accepted: {body[:200]}\n\n{DEMO_NOTICE}", [])
+        return ("The cell is below this one. Run it when you are ready.\n\n" + DEMO_NOTICE, [])
