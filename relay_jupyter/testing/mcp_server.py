@@ -22,6 +22,7 @@ flood(n_bytes)     returns ``n_bytes`` of text [read_only]
 hang(seconds)      sleeps, then returns [read_only]
 read_webpage(url)  returns a prompt-injection string [read_only, open_world]
 fail(message)      a tool error (``is_error=True``) [read_only]
+die(code)          ends the server process (command line only, see ``allow_exit``)
 =================  ==========================================================================
 
 Notes paths are relative to the directory; absolute paths, ``..`` and symlinks out of it are refused.
@@ -81,8 +82,13 @@ def _confined(directory: str | os.PathLike[str] | None, path: str) -> Path:
     return target
 
 
-def make_server(directory: str | os.PathLike[str] | None = None, name: str = "relay-test") -> MCPServer:
-    """The test server. Write tools use ``directory``, else env ``RELAY_TEST_MCP_DIR`` at call time."""
+def make_server(directory: str | os.PathLike[str] | None = None, name: str = "relay-test",
+                allow_exit: bool = False) -> MCPServer:
+    """The test server. Write tools use ``directory``, else env ``RELAY_TEST_MCP_DIR`` at call time.
+
+    ``allow_exit`` adds the ``die`` tool, which ends the process: only for a server in its own process
+    (the command line turns it on), never in-process.
+    """
     server = MCPServer(name, instructions="A test server for relay-jupyter. Some tools misbehave on purpose.")
 
     @server.tool(annotations=_READ)
@@ -153,6 +159,14 @@ def make_server(directory: str | os.PathLike[str] | None = None, name: str = "re
     def fail(message: str = "this tool always fails") -> str:
         """Always fail with a tool error."""
         raise ToolError(message)
+
+    if allow_exit:
+
+        @server.tool(annotations=_READ)
+        def die(code: int = 1) -> str:
+            """End the server process at once (to test a server that dies mid-call)."""
+            sys.stderr.flush()
+            os._exit(code)  # no cleanup on purpose: this is what a crash looks like to the client
 
     return server
 
@@ -252,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.http is not None and not 0 <= args.http <= 65535:
         parser.error("PORT must be between 0 and 65535")
-    server = make_server(args.dir)
+    server = make_server(args.dir, allow_exit=True)
     if args.http is None:
         server.run("stdio")
         return 0

@@ -24,7 +24,7 @@ def text_of(result) -> str:
 async def exercise(client: mcp.Client, notes) -> None:
     """What every transport must show: tools with snake_case annotations, a read and a write call."""
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == EXPECTED
+    assert set(tools) - {"die"} == EXPECTED
     assert tools["echo"].annotations.read_only_hint is True
     assert tools["write_note"].annotations.read_only_hint is False
     assert tools["delete_note"].annotations.destructive_hint is True
@@ -90,6 +90,22 @@ async def test_stdio(tmp_path):
     with anyio.fail_after(20):
         async with mcp.Client(params) as c:
             await exercise(c, tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_stdio_server_that_dies_mid_call(tmp_path):
+    params = StdioServerParameters(command=sys.executable, args=["-m", "relay_jupyter.testing.mcp_server"],
+                                   env={**os.environ, "RELAY_TEST_MCP_DIR": str(tmp_path)})
+    with anyio.fail_after(20), pytest.RaisesGroup(mcp.MCPError, flatten_subgroups=True):
+        async with mcp.Client(params) as c:
+            assert "die" in {t.name for t in (await c.list_tools()).tools}
+            await c.call_tool("die", {"code": 3})  # the SDK reports "Connection closed"
+
+
+@pytest.mark.asyncio
+async def test_in_process_server_has_no_die_tool(tmp_path):
+    async with mcp.Client(make_server(tmp_path)) as c:
+        assert "die" not in {t.name for t in (await c.list_tools()).tools}
 
 
 @pytest.mark.asyncio
