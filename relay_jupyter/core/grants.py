@@ -105,7 +105,8 @@ class GrantBook:
         """Store ``grant`` for ``grant.origin``, replacing any existing one.
 
         A replacement that is wider than the stored grant (an expired one included) is
-        accepted only with a consent id never seen for this origin.
+        accepted only with a consent id never seen for this origin; so is a new grant (a revoked
+        grant cannot be brought back with its old consent).
 
         Raises:
             GateRefusal: ``WIDENING_REFUSED``, naming what would widen.
@@ -116,7 +117,15 @@ class GrantBook:
         with self._lock:
             old = self._store.get_grant(grant.origin)
             seen = self._seen.setdefault(grant.origin, set())
-            if old is not None:
+            if old is None:
+                # Creating a grant is the widest step of all: a consent already used for this
+                # origin (e.g. of a revoked grant) cannot bring it back.
+                if grant.consent_id in seen:
+                    raise GateRefusal(Code.WIDENING_REFUSED,
+                                      f"the consent {grant.consent_id} was already used for {grant.origin}; "
+                                      "granting again needs a fresh consent",
+                                      data={"origin": grant.origin, "widens": ["created"]})
+            else:
                 seen.add(old.consent_id)
                 why = widens(grant, old)
                 if why and grant.consent_id in seen:

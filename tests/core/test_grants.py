@@ -193,3 +193,14 @@ def test_revoke_racing_a_read_never_leaves_a_stale_cache_entry():
     t.join()
     assert revoked.is_set()
     assert book.get("nb") is None  # served from the store, not a stale cache entry
+
+
+def test_revoked_grant_cannot_be_resurrected_with_its_old_consent():
+    book = book_with()
+    book.revoke("nb")
+    with pytest.raises(GateRefusal) as ei:
+        book.issue(BASE)
+    assert ei.value.code is Code.WIDENING_REFUSED and ei.value.data["widens"] == ["created"]
+    assert book.issue(BASE.model_copy(update={"consent_id": "c-fresh"})).consent_id == "c-fresh"
+    # another origin is unaffected by this origin's history
+    assert book.issue(BASE.model_copy(update={"origin": "other"})).origin == "other"
