@@ -1,0 +1,149 @@
+"""SSE relay vs reading the bus directly (issue 3 benchmark).
+
+1. Throughput: 20,000 small events appended in batches of 100 to a broker with the SQLite store, read
+   (a) directly by an in-process bus subscriber and (b) through the real SSE handler
+   (``server/plain.py`` on 127.0.0.1, a raw socket client counting frames). Same producer, same store.
+   Reported as time (lower is better); target <= 1/0.9 of the direct time (rate >= 0.9x).
+2. Latency: 500 events/s for 4 s, one event at a time; each carries its append time; p99 of
+   (receive - append) through the handler minus p99 of the direct subscriber. Target: <= 2 ms
+   (reported against a 2 ms baseline, so the ratio target is 1.0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from relay_jupyter.broker.broker import Broker
+from relay_jupyter.broker.config import BrokerConfig
+from relay_jupyter.core.caller import Caller, CallerKind
+from relay_jupyter.protocol.sse import parse_stream
+from relay_jupyter.server.plain import make_app
+
+N = 20_000
+BATCH = 100
+RATE = 500
+SECONDS = 4
+CALLER = Caller(kind=CallerKind.DAEMON, origin="daemon:bench", client_id="daemon:bench:1")
+
+
+async def _produce_batches(broker: Broker) -> None:
+    for start in range(0, N, BATCH):
+        broker.events.append_many([("bench", {"n": n}, None, None) for n in range(start, start + BATCH)])
+        await asyncio.sleep(0)
+
+
+async def _direct_throughput(broker: Broker) -> float:
+    sub = broker.events.subscribe(CALLER, maxsize=N + 1)
+    got = 0
+    t0 = time.perf_counter()
+    producer = asyncio.create_task(_produce_batches(broker))
+    while got < N:
+        await sub.wait(5)
+        got += len(sub.drain())
+    elapsed = time.perf_counter() - t0
+    await producer
+    broker.events.unsubscribe(sub)
+    return elapsed
+
+
+async def _open_sse(port: int, since: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /relay/events?since={since} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    await reader.readuntil(b"\r\n\r\n")
+    return reader, writer
+
+
+async def _sse_throughput(broker: Broker, port: int) -> float:
+    reader, writer = await _open_sse(port, broker.events.last_event_id())
+    while broker.events.subscribers == 0:
+        await asyncio.sleep(0.001)
+    got = 0
+    t0 = time.perf_counter()
+    producer = asyncio.create_task(_produce_batches(broker))
+    while got < N:
+        got += (await reader.read(1 << 20)).count(b"\nevent: bench\n")
+    elapsed = time.perf_counter() - t0
+    await producer
+    writer.close()
+    return elapsed
+
+
+async def _latency(broker: Broker, port: int | None) -> list[float]:
+    delays: list[float] = []
+    if port is None:
+        sub = broker.events.subscribe(CALLER, maxsize=RATE * SECONDS + 1)
+
+        async def consume() -> None:
+            while len(delays) < RATE * SECONDS:
+                await sub.wait(5)
+                now = time.perf_counter()
+                for _, frame in sub.drain():
+                    frames, _ = parse_stream(frame.decode())
+                    delays.append(now - float(frames[0]["data"].split('"t":')[1].split("}")[0]))
+    else:
+        reader, writer = await _open_sse(port, broker.events.last_event_id())
+        while broker.events.subscribers == 0:
+            await asyncio.sleep(0.001)
+
+        async def consume() -> None:
+            buf = ""
+            while len(delays) < RATE * SECONDS:
+                buf += (await reader.read(1 << 16)).decode()
+                now = time.perf_counter()
+                frames, buf = parse_stream(buf)
+                for f in frames:
+                    if f["event"] == "lat":
+                        delays.append(now - float(f["data"].split('"t":')[1].split("}")[0]))
+
+    task = asyncio.create_task(consume())
+    start = time.perf_counter()
+    for i in range(RATE * SECONDS):
+        await asyncio.sleep(max(0.0, start + i / RATE - time.perf_counter()))
+        broker.events.append("lat", {"t": time.perf_counter()})
+    async with asyncio.timeout(10):
+        await task
+    if port is None:
+        broker.events.unsubscribe(sub)
+    else:
+        writer.close()
+    return delays
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+async def _main() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = Broker.open(BrokerConfig(data_dir=Path(tmp), sse_queue_size=N + 1, heartbeat_interval=60))
+        server = make_app(broker, lambda handler: CALLER).listen(0, "127.0.0.1")
+        port = next(iter(server._sockets.values())).getsockname()[1]
+        try:
+            direct = await _direct_throughput(broker)
+            relayed = await _sse_throughput(broker, port)
+            lat_direct = _p99(await _latency(broker, None))
+            lat_sse = _p99(await _latency(broker, port))
+        finally:
+            server.stop()
+            await server.close_all_connections()
+            broker.close()
+    return {"direct": direct, "relayed": relayed, "lat_direct": lat_direct, "lat_sse": lat_sse}
+
+
+def run(report) -> None:
+    """Report SSE throughput vs direct reading, and p99 added latency at 500 events/s."""
+    r = asyncio.run(_main())
+    report("sse: 20k events through the handler (time)", r["relayed"], r["direct"], "s", target=1 / 0.9)
+    added_ms = max(0.0, (r["lat_sse"] - r["lat_direct"]) * 1000)
+    report("sse: p99 added latency at 500 ev/s (vs 2 ms budget)", added_ms, 2.0, "ms", target=1.0)
+
+
+if __name__ == "__main__":
+    def _print(name, value, baseline, unit, target=None):
+        print(f"{name}: {value:.4g} {unit} vs {baseline:.4g} {unit} ratio {value / baseline:.3f} target {target}")
+
+    run(_print)
