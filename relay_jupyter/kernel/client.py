@@ -254,7 +254,11 @@ def _decode_rpc(method: str, status: int, raw: bytes) -> Any:
         if not isinstance(error, dict):
             raise AgentError(f"the relay broker sent a malformed error for {method}")
         data = error.get("data") if isinstance(error.get("data"), dict) else {}
-        raise RpcError(int(error.get("code", -32603)), str(error.get("message", "error")), data)
+        try:
+            rpc_code = int(error.get("code", -32603))
+        except (TypeError, ValueError):
+            rpc_code = -32603
+        raise RpcError(rpc_code, str(error.get("message", "error"))[:500], data, method)
     if status >= 400:
         raise _status_error(status, raw, method)
     return reply.get("result")

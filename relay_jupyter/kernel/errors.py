@@ -44,10 +44,16 @@ class RpcError(AgentError):
     (``BUDGET_EXCEEDED``, ``NO_BACKEND``, ...), else ``RPC<number>`` for transport codes.
     """
 
-    def __init__(self, rpc_code: int, message: str, data: dict[str, Any] | None = None) -> None:
+    def __init__(self, rpc_code: int, message: str, data: dict[str, Any] | None = None,
+                 method: str | None = None) -> None:
         data = dict(data or {})
         stable = data.get("code") if isinstance(data.get("code"), str) else None
-        super().__init__(message_for(stable, message), code=stable or f"RPC{rpc_code}", data=data)
+        line = message_for(stable, message)
+        if rpc_code == -32601 and method:
+            line = f"the relay broker does not offer {method} (is relay-jupyter up to date on the server?)"
+        elif rpc_code == -32602 and method:
+            line = f"the relay broker rejected the parameters of {method}: {line}"
+        super().__init__(line, code=stable or f"RPC{rpc_code}", data=data)
         self.rpc_code = rpc_code
         self.raw_message = message
 
