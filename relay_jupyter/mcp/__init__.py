@@ -15,18 +15,18 @@ from .policy import check_endpoint, check_headers
 from .registry import McpRegistry, ServerStatus
 
 __all__ = [
-    "McpConfig",
-    "StdioServerConfig",
-    "HttpServerConfig",
-    "load_config",
-    "parse_config",
-    "check_endpoint",
-    "check_headers",
-    "McpConnection",
-    "McpToolError",
     "SUPPORTED_PROTOCOL_VERSIONS",
+    "HttpServerConfig",
+    "McpConfig",
+    "McpConnection",
+    "McpRegistry",
+    "McpToolError",
     "PinBook",
     "PinStore",
-    "McpRegistry",
     "ServerStatus",
+    "StdioServerConfig",
+    "check_endpoint",
+    "check_headers",
+    "load_config",
+    "parse_config",
 ]

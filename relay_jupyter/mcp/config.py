@@ -35,14 +35,14 @@ from ..storage.paths import config_dir
 from .policy import check_endpoint, check_headers
 
 __all__ = [
-    "StdioServerConfig",
+    "MAX_CONFIG_BYTES",
     "HttpServerConfig",
-    "ServerConfig",
     "McpConfig",
+    "ServerConfig",
+    "StdioServerConfig",
+    "default_config_path",
     "load_config",
     "parse_config",
-    "default_config_path",
-    "MAX_CONFIG_BYTES",
 ]
 
 MAX_CONFIG_BYTES = 1 << 20

@@ -32,7 +32,7 @@ from .discovery import DEFAULT_MAX_OUTPUT_BYTES, MAX_LIST_PAGES, render_result
 from .http import HttpTransport
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES, StdioTransport
 
-__all__ = ["McpConnection", "McpToolError", "SUPPORTED_PROTOCOL_VERSIONS"]
+__all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "McpConnection", "McpToolError"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,17 @@ def _unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def _consume(future: asyncio.Future[None]) -> None:
+    """Mark a failure nobody waits for any more as retrieved.
+
+    Otherwise asyncio logs "exception was never retrieved" at GC, formatting a deep anyio
+    exception group; on CPython 3.11 a RecursionError swallowed there corrupts the AST
+    recursion counter and a later ``ast.parse`` fails with SystemError.
+    """
+    if future.done() and not future.cancelled():
+        future.exception()
 
 
 def _stderr_hint(transport: Any) -> str:
@@ -128,6 +139,7 @@ class McpConnection:
         self._transport = self._make_transport()
         self._closing = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ready.add_done_callback(_consume)
         self._task = asyncio.create_task(self._supervise(self._transport, self._closing, ready),
                                          name=f"mcp:{self.name}")
         try:
@@ -223,8 +235,8 @@ class McpConnection:
         except TimeoutError:
             task.cancel()
             logger.warning("MCP connection %r did not close in time; cancelled", self.name)
-        except BaseException:  # noqa: BLE001 - failures were reported through `ready` already
-            pass
+        except BaseException as exc:  # noqa: BLE001 - failures were reported through `ready` already
+            logger.debug("MCP connection %r closed after %s", self.name, type(exc).__name__)
         self._client = None
         self._task = None
 

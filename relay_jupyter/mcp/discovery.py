@@ -27,17 +27,17 @@ import mcp_types as types
 from ..core.types import ToolClass, ToolSpec, canonical_json
 
 __all__ = [
-    "SEPARATOR",
-    "MAX_SCHEMA_BYTES",
-    "MAX_DESCRIPTION_CHARS",
-    "MAX_TOOLS_PER_SERVER",
-    "MAX_LIST_PAGES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_LIST_PAGES",
+    "MAX_SCHEMA_BYTES",
+    "MAX_TOOLS_PER_SERVER",
+    "SEPARATOR",
     "DiscoveredTool",
-    "qualified_name",
-    "split_name",
     "convert_tools",
+    "qualified_name",
     "render_result",
+    "split_name",
     "truncate_text",
 ]
 

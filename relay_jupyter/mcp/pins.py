@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..core.errors import Code, ConfigRefusal
 from ..core.types import ToolClass, ToolSpec
 
-__all__ = ["PinStore", "PinBook", "PINNABLE_CLASSES"]
+__all__ = ["PINNABLE_CLASSES", "PinBook", "PinStore"]
 
 logger = logging.getLogger(__name__)
 

@@ -23,13 +23,13 @@ from urllib.parse import parse_qsl, urlsplit
 from ..core.errors import Code, ConfigRefusal
 
 __all__ = [
-    "check_endpoint",
-    "check_headers",
-    "is_loopback_host",
-    "describe_headers",
-    "MAX_URL_LENGTH",
     "MAX_HEADERS",
     "MAX_HEADER_VALUE",
+    "MAX_URL_LENGTH",
+    "check_endpoint",
+    "check_headers",
+    "describe_headers",
+    "is_loopback_host",
 ]
 
 MAX_URL_LENGTH = 2048

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from ..core.classify import classify
 from ..core.errors import Code, RoutingRefusal
@@ -95,7 +95,7 @@ class McpRegistry:
         }
         self._started = False
 
-    async def __aenter__(self) -> McpRegistry:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -247,9 +247,9 @@ class McpRegistry:
         server = self._servers[parts[0]]
         known = server.tools.get(name)
         digest = expected_digest or (known.spec.digest if known is not None else None)
-        if not server.connection.connected or server.connection.tools_changed:
-            if not await self._connect(server):
-                raise McpToolError(server.config.name, "connect", server.error or "MCP server unavailable")
+        needs_connect = not server.connection.connected or server.connection.tools_changed
+        if needs_connect and not await self._connect(server):
+            raise McpToolError(server.config.name, "connect", server.error or "MCP server unavailable")
         current = server.tools.get(name)
         if current is None:
             raise RoutingRefusal(Code.UNKNOWN_TOOL, f"MCP server {parts[0]!r} no longer offers {name!r}")

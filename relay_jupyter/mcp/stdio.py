@@ -33,7 +33,7 @@ from mcp.shared.message import SessionMessage
 
 from .config import StdioServerConfig
 
-__all__ = ["StdioTransport", "DEFAULT_MAX_MESSAGE_BYTES"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "StdioTransport"]
 
 logger = logging.getLogger(__name__)
 

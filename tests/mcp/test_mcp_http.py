@@ -65,7 +65,7 @@ async def test_transport_enforces_policy_per_request() -> None:
     transport = HttpTransport(HttpServerConfig(name="h", url="http://127.0.0.1:9/mcp",
                                                headers={"Authorization": "Bearer test-token"}),
                               max_message_bytes=1000)
-    async with transport._client as client:  # noqa: SLF001 - the client the SDK is handed
+    async with transport._client as client:
         for url in ("http://evil.com/mcp", "https://user:pw@example.com/x", "https://example.com/?token=x"):
             with pytest.raises(httpx2.UnsupportedProtocol) as info:
                 await client.post(url, content=b"{}")

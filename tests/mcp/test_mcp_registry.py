@@ -14,7 +14,7 @@ from mcp_support import config_of, relay_test_server, wait_gone
 
 from relay_jupyter.core.errors import Code, ConfigRefusal, Refusal
 from relay_jupyter.core.types import ToolClass
-from relay_jupyter.mcp import McpRegistry, McpToolError, SUPPORTED_PROTOCOL_VERSIONS
+from relay_jupyter.mcp import SUPPORTED_PROTOCOL_VERSIONS, McpRegistry, McpToolError
 from relay_jupyter.mcp.config import StdioServerConfig, parse_config
 from relay_jupyter.testing.mcp_server import INJECTION
 
@@ -133,29 +133,36 @@ async def test_broken_servers_fail_alone(notes: Path, tmp_path: Path) -> None:
     exits = StdioServerConfig(name="exits", command=sys.executable,
                               args=["-c", "import sys; sys.stderr.write('boom token=abc\\nplain line\\n'); sys.exit(3)"])
     noisy = StdioServerConfig(name="noisy", command=sys.executable,
-                              args=["-c", "import sys,time; sys.stdout.write('x' * 3_000_000); sys.stdout.flush(); "
-                                          "time.sleep(60)"])
-    garbage = StdioServerConfig(name="garbage", command=sys.executable,
-                                args=["-c", "import time; print('hello, not json', flush=True); time.sleep(60)"])
-    reg = _registry(missing, exits, noisy, garbage, relay_test_server("ok", notes),
-                    max_message_bytes=1 << 20, connect_timeout=3)
-    async with asyncio.timeout(40):
+                              args=["-c", ("import sys,time; sys.stdout.write('x' * 3_000_000); sys.stdout.flush(); "
+                                           "time.sleep(60)")])
+    reg = _registry(missing, exits, noisy, relay_test_server("ok", notes), max_message_bytes=1 << 20)
+    async with asyncio.timeout(60):
         async with reg:
             status = {s.name: s for s in reg.status()}
-            assert status["ok"].state == "connected"
+            assert status["ok"].state == "connected", status["ok"].error
             assert "command not found" in status["missing"].error
             assert "exited with code 3" in status["exits"].error
             assert "plain line" in status["exits"].error and "abc" not in status["exits"].error
             assert "larger than 1048576 bytes" in status["noisy"].error
-            assert "handshake within 3 s" in status["garbage"].error
             assert all(s.server == "ok" for s in reg.specs())
             # A call to a failed server tries once to start it, then fails clearly.
             with pytest.raises(Refusal) as info:
                 await reg.call("missing__x", {})
             assert info.value.code in (Code.TOOL_ERROR, Code.UNKNOWN_TOOL)
-    for name in ("exits", "noisy", "garbage"):
-        pid = reg._servers[name].connection._transport.pid  # noqa: SLF001 - the pid check is the point
+    for name in ("exits", "noisy"):
+        pid = reg._servers[name].connection._transport.pid  # the pid check is the point
         assert wait_gone(pid), name
+
+
+@pytest.mark.asyncio
+async def test_silent_non_mcp_process_times_out_at_connect() -> None:
+    garbage = StdioServerConfig(name="garbage", command=sys.executable,
+                                args=["-c", "import time; print('hello, not json', flush=True); time.sleep(60)"])
+    reg = _registry(garbage, connect_timeout=1.5)
+    async with asyncio.timeout(30):
+        async with reg:
+            assert "handshake within 1.5 s" in reg.status()[0].error
+    assert wait_gone(reg._servers["garbage"].connection._transport.pid)
 
 
 @pytest.mark.asyncio

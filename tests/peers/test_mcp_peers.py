@@ -81,9 +81,9 @@ async def test_mcp_server_time_over_stdio() -> None:
             assert bad["is_error"] is True
 
 
-@pytest.mark.asyncio
-async def test_mcp_server_git_over_stdio(tmp_path: Path) -> None:
-    cmd = _python_peer("mcp-server-git")
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A repository with one commit and one untracked file."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = tmp_path / "repo"
@@ -95,6 +95,13 @@ async def test_mcp_server_git_over_stdio(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "add", "a.txt"], check=True, env=env)
     subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "first commit"], check=True, env=env)
     (repo / "b.txt").write_text("untracked\n")
+    return repo
+
+
+@pytest.mark.asyncio
+async def test_mcp_server_git_over_stdio(git_repo: Path) -> None:
+    cmd = _python_peer("mcp-server-git")
+    repo = git_repo
     async with asyncio.timeout(60):
         async with _registry(StdioServerConfig(name="git", command=cmd, args=["--repository", str(repo)])) as reg:
             specs = {s.name: s for s in reg.specs()}
