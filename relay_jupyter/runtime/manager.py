@@ -51,6 +51,8 @@ class RunContext:
     """The originator: the only client whose consent answers count."""
     conversation: str
     user: str | None = None
+    caller_kind: str | None = None
+    """``kernel`` | ``browser`` | ``daemon`` (kernel tools need a kernel originator)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,8 @@ class RunManager:
                                  "cancel it or wait for it to finish")
         run_id = "run_" + secrets.token_hex(12)
         tool_ctx = ToolContext(origin=ctx.origin, conversation=ctx.conversation, originator=ctx.client_id,
-                               run_id=run_id, mode=PermissionMode(params.mode), user=ctx.user)
+                               run_id=run_id, mode=PermissionMode(params.mode), user=ctx.user,
+                               caller_kind=ctx.caller_kind)
         run = _Run(run_id, ctx, params, tool_ctx)
         self._runs[run_id] = run
         self._by_conversation[ctx.conversation] = run_id
@@ -170,7 +173,13 @@ class RunManager:
                                                 "backend": params.backend, "mode": tool_ctx.mode.value,
                                                 "originator": ctx.client_id})
         run.task = asyncio.create_task(self._main(run, backend), name=f"relay-{run_id}")
+        # a task cancelled before its first step never runs _main: still end the run exactly once
+        run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))
         return run_id
+
+    def busy(self, conversation: str) -> bool:
+        """True while ``conversation`` has an active run."""
+        return conversation in self._by_conversation
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         """An active run's summary, or None."""
@@ -198,8 +207,8 @@ class RunManager:
     async def wait(self, run_id: str) -> None:
         """Wait until an active run has ended (returns at once for unknown runs)."""
         run = self._runs.get(run_id)
-        if run is not None and run.task is not None:
-            await asyncio.shield(run.task) if not run.task.done() else None
+        if run is not None and run.task is not None and not run.task.done():
+            await asyncio.wait({run.task})
 
     async def aclose(self) -> None:
         """Cancel every run and wait for them to end (broker shutdown)."""

@@ -47,6 +47,8 @@ class ToolContext:
     run_id: str | None = None
     mode: PermissionMode = PermissionMode.ASK
     user: str | None = None
+    caller_kind: str | None = None
+    """``kernel`` | ``browser`` | ``daemon``: kernel tools are offered only to runs a kernel started."""
 
 
 @dataclass(frozen=True)
@@ -180,9 +182,10 @@ class KernelToolsProvider:
         self._bridge = kernel_bridge
 
     def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """The kernel tools, when the origin is a kernel the bridge can reach."""
-        specs = self._bridge.specs(ctx.origin) if _takes_arg(self._bridge.specs) else self._bridge.specs()
-        return list(specs)
+        """The kernel tools, when a kernel started the run (they run in that kernel)."""
+        if ctx.caller_kind != "kernel" or not ctx.originator:
+            return []
+        return list(self._bridge.specs())
 
     async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
         """Kernel tools have no local preflight beyond the schema."""
@@ -191,7 +194,7 @@ class KernelToolsProvider:
     async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                    approved_preview: dict[str, Any]) -> ToolResult:
         """Ask the originating kernel to run the tool and wait for its answer."""
-        value = await self._bridge.call(ctx.origin, name, args, run_id=ctx.run_id)
+        value = await self._bridge.call(ctx.origin, ctx.originator, name, args, run_id=ctx.run_id)
         return as_result(value)
 
 
@@ -213,13 +216,6 @@ class McpToolsProvider:
                    approved_preview: dict[str, Any]) -> ToolResult:
         """Call the tool on its server (timeouts and output caps are the registry's)."""
         return as_result(await self._registry.call(name, args))
-
-
-def _takes_arg(fn: Callable[..., Any]) -> bool:
-    try:
-        return len(inspect.signature(fn).parameters) >= 1
-    except (TypeError, ValueError):
-        return False
 
 
 class ToolIndex:

@@ -1,0 +1,253 @@
+"""``run.start``, ``run.cancel`` and ``conversations.*``, and :func:`install_runtime`, which wires the
+agent runtime (:class:`~relay_jupyter.runtime.manager.RunManager`) into a :class:`Broker`.
+
+Who may do what:
+
+- ``run.start``: a kernel or daemon client runs for its own origin; a browser session names one.
+  The caller becomes the run's originator: only it answers the run's permission requests.
+- ``run.cancel``: the originator, or a browser session of the server's user. Another client of the
+  same origin gets ``NOT_ORIGINATOR``; a client of another origin gets ``NOT_FOUND`` (existence is
+  not leaked across notebooks).
+- ``conversations.*``: conversations of the caller's origin (browser: any origin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import Backend
+from ..backends.keys import KeySource
+from ..core.caller import Caller, CallerKind
+from ..core.errors import Code, ConfigRefusal, Refusal, RoutingRefusal
+from ..core.types import PermissionMode, ToolSpec
+from ..protocol.models_runs import (
+    ConversationsDeleteParams,
+    ConversationsDeleteResult,
+    ConversationsForkParams,
+    ConversationsForkResult,
+    ConversationsListParams,
+    ConversationsListResult,
+    RunCancelParams,
+    RunCancelResult,
+    RunStartParams,
+    RunStartResult,
+)
+from ..protocol.names import Method
+from ..runtime.conversations import MemoryConversations, fork_history, next_turn
+from ..runtime.manager import RunContext, RunManager, RunParams, RuntimeConfig
+from ..runtime.tools import (
+    KernelToolsProvider,
+    McpToolsProvider,
+    Preflight,
+    ToolContext,
+    ToolResult,
+    WorkspaceToolsProvider,
+)
+from .registry import method
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["install_runtime", "backends_from_config", "BrokerTools"]
+
+
+class BrokerTools:
+    """One tool provider over the broker's tool slots (workspace, kernel bridge, MCP), read at each
+    run start so a component wired after the runtime is still offered."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._owner: dict[str, Any] = {}
+
+    def _providers(self) -> list[Any]:
+        b = self._broker
+        out: list[Any] = []
+        if b.workspace_tools is not None:
+            out.append(WorkspaceToolsProvider(b.workspace_tools))
+        out.append(KernelToolsProvider(b.kernel_bridge))
+        if b.mcp is not None:
+            out.append(McpToolsProvider(b.mcp))
+        return out
+
+    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        """Every tool of every wired source (first source wins a name)."""
+        specs: list[ToolSpec] = []
+        owner: dict[str, Any] = {}
+        for provider in self._providers():
+            for spec in provider.specs(ctx):
+                if spec.name not in owner:
+                    owner[spec.name] = provider
+                    specs.append(spec)
+        # adapters are stateless wrappers over the broker's slots: a newer mapping is always valid
+        self._owner.update(owner)
+        return specs
+
+    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """Delegate to the tool's source."""
+        return await self._owner[name].preflight(ctx, name, args)
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        """Delegate to the tool's source."""
+        return await self._owner[name].call(ctx, name, args, approved_preview)
+
+
+def backends_from_config(config: Any, keys: KeySource | None = None) -> dict[str, Backend]:
+    """The backends the server's configuration makes available. Keys come from the config, the
+    0600 secrets file or the server's environment — never from a kernel."""
+    keys = keys or KeySource(
+        {"anthropic": config.anthropic_api_key.get_secret_value() if config.anthropic_api_key else "",
+         "openai": config.openai_api_key.get_secret_value() if config.openai_api_key else ""},
+        config.secrets_file)
+    allowed = tuple(config.allowed_models) or None
+    out: dict[str, Backend] = {}
+    key = keys.get("anthropic")
+    if key is not None:
+        from ..backends.anthropic import DEFAULT_MODELS, AnthropicBackend
+        out["anthropic"] = AnthropicBackend(key.reveal(), base_url=config.anthropic_base_url,
+                                            models=allowed or DEFAULT_MODELS)
+    if config.openai_base_url:
+        from ..backends.openai import OpenAIBackend
+        okey = keys.get("openai")
+        out["openai"] = OpenAIBackend(config.openai_base_url, okey.reveal() if okey else None,
+                                      models=allowed or ("*",))
+    return out
+
+
+def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = None,
+                    config: RuntimeConfig | None = None, *, recover: bool = True) -> RunManager:
+    """Build the run manager over the broker's gate, store, events and consent router; set
+    ``broker.runs`` and ``broker.client_tools``; repair runs a previous process left unfinished."""
+    store = broker.store
+    conversations = store if hasattr(store, "save_conversation") else MemoryConversations()
+    if backends is None:
+        backends = backends_from_config(broker.config)
+    runtime_config = config or RuntimeConfig(**{k: v for k, v in broker.config.extra.get("runtime", {}).items()
+                                                if k in RuntimeConfig.__dataclass_fields__})
+    manager = RunManager(broker.gate, store, conversations, broker.events, [BrokerTools(broker)], backends,
+                         runtime_config, consent=broker.permissions)
+    broker.runs = manager
+
+    async def client_tools(caller: Caller, origin: str, conversation: str, tool: str,
+                           arguments: Any) -> dict[str, Any]:
+        ctx = ToolContext(origin=origin, conversation=conversation, originator=caller.client_id,
+                          caller_kind=caller.kind.value, user=caller.user)
+        result = await manager.execute_client_call(ctx, tool, arguments)
+        if result.code is not None:  # refused before it ran: a clear RPC error for a direct call
+            raise Refusal(result.code, result.content)
+        return {"content": result.content, "is_error": result.is_error}
+
+    broker.client_tools = client_tools
+    if recover:
+        manager.recover()
+    return manager
+
+
+# -- methods ---------------------------------------------------------------------------------------
+
+def _runs(broker: Broker) -> RunManager:
+    from .broker import require
+
+    return require(broker.runs, "the agent runtime")
+
+
+def _target(caller: Caller, requested: str | None) -> str:
+    from .broker import target_origin
+
+    return target_origin(caller, requested)
+
+
+def _conversations(broker: Broker) -> Any:
+    return _runs(broker).conversations
+
+
+def _owned(broker: Broker, caller: Caller, conversation: str, origin: str | None) -> dict[str, Any]:
+    row = _conversations(broker).load_conversation(conversation)
+    if row is None or (caller.kind is not CallerKind.BROWSER and row.get("origin") != caller.origin) \
+            or (origin is not None and row.get("origin") != origin):
+        raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {conversation}")
+    return row
+
+
+@method(Method.RUN_START, RunStartParams, RunStartResult,
+        doc="Start an agent run in a conversation; events carry its progress and exactly one terminal event.")
+async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> RunStartResult:
+    runs = _runs(broker)
+    origin = _target(caller, params.origin)
+    existing = runs.conversations.load_conversation(params.conversation)
+    if existing is not None and existing.get("origin") != origin:
+        # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
+        raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
+    backend = params.backend or broker.config.default_backend
+    if backend not in runs.backends:
+        raise ConfigRefusal(Code.NO_CREDENTIALS if backend == "anthropic" else Code.NO_BACKEND,
+                            "no Anthropic API key is configured for this server (server config, the 0600 "
+                            "secrets file or $ANTHROPIC_API_KEY of the server)" if backend == "anthropic" else
+                            "no OpenAI-compatible endpoint is configured for this server (openai_base_url)")
+    ctx = RunContext(origin=origin, client_id=caller.client_id, conversation=params.conversation,
+                     user=caller.user, caller_kind=caller.kind.value)
+    run_id = await runs.start(ctx, RunParams(
+        prompt=params.prompt, model=params.model or broker.config.default_model, backend=backend,
+        attachments=[a.model_dump() for a in params.attachments], mode=PermissionMode(params.mode),
+        max_tokens=params.max_tokens, tools=params.tools))
+    return RunStartResult(run_id=run_id)
+
+
+@method(Method.RUN_CANCEL, RunCancelParams, RunCancelResult,
+        doc="Cancel a run: only its originator or a browser session of the server's user.")
+async def run_cancel(broker: Broker, caller: Caller, params: RunCancelParams) -> RunCancelResult:
+    runs = _runs(broker)
+    active = runs.get(params.run_id)
+    if active is None:
+        get_run = getattr(broker.store, "get_run", None)
+        row = get_run(params.run_id) if get_run is not None else None
+        if row is None or (caller.kind is not CallerKind.BROWSER and row.get("origin") != caller.origin):
+            raise RoutingRefusal(Code.NOT_FOUND, f"no run {params.run_id}")
+        return RunCancelResult(cancelled=False)
+    if caller.kind is not CallerKind.BROWSER:
+        if active["origin"] != caller.origin:
+            raise RoutingRefusal(Code.NOT_FOUND, f"no run {params.run_id}")
+        if active["originator"] != caller.client_id:
+            raise RoutingRefusal(Code.NOT_ORIGINATOR, "only the client that started this run can cancel it")
+    return RunCancelResult(cancelled=runs.cancel(params.run_id))
+
+
+@method(Method.CONVERSATIONS_LIST, ConversationsListParams, ConversationsListResult,
+        doc="Conversations of the caller's origin (browser: all, or the named origin), newest first.")
+async def conversations_list(broker: Broker, caller: Caller, params: ConversationsListParams
+                             ) -> ConversationsListResult:
+    scope = None if caller.kind is CallerKind.BROWSER and params.origin is None else _target(caller, params.origin)
+    return ConversationsListResult(conversations=_conversations(broker).list_conversations(scope))
+
+
+@method(Method.CONVERSATIONS_FORK, ConversationsForkParams, ConversationsForkResult,
+        doc="Drop turn at_turn and every later one (re-running an earlier cell replaces its turn).")
+async def conversations_fork(broker: Broker, caller: Caller, params: ConversationsForkParams
+                             ) -> ConversationsForkResult:
+    runs = _runs(broker)
+    row = _owned(broker, caller, params.conversation, params.origin)
+    if runs.busy(params.conversation):
+        raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
+    messages = list(row.get("messages") or [])
+    kept = fork_history(messages, params.at_turn)
+    runs.conversations.save_conversation(params.conversation, row["origin"], row.get("name", ""), kept,
+                                         row.get("meta") or {})
+    return ConversationsForkResult(conversation=params.conversation, removed_messages=len(messages) - len(kept),
+                                   turns=next_turn(kept))
+
+
+@method(Method.CONVERSATIONS_DELETE, ConversationsDeleteParams, ConversationsDeleteResult,
+        doc="Delete a conversation and its scratch workspace.")
+async def conversations_delete(broker: Broker, caller: Caller, params: ConversationsDeleteParams
+                               ) -> ConversationsDeleteResult:
+    runs = _runs(broker)
+    _owned(broker, caller, params.conversation, params.origin)
+    if runs.busy(params.conversation):
+        raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
+    deleted = runs.conversations.delete_conversation(params.conversation)
+    ws_deleted = False
+    ws = broker.workspace_tools
+    if ws is not None and hasattr(ws, "delete_conversation"):
+        ws_deleted = bool(ws.delete_conversation(params.conversation))
+    return ConversationsDeleteResult(deleted=deleted, workspace_deleted=ws_deleted)

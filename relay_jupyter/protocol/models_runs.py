@@ -1,0 +1,101 @@
+"""Wire models of ``run.start``, ``run.cancel`` and ``conversations.*`` (strict: unknown fields -> -32602)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Attachment",
+    "RunStartParams",
+    "RunStartResult",
+    "RunCancelParams",
+    "RunCancelResult",
+    "ConversationsListParams",
+    "ConversationsListResult",
+    "ConversationsForkParams",
+    "ConversationsForkResult",
+    "ConversationsDeleteParams",
+    "ConversationsDeleteResult",
+    "MAX_PROMPT_CHARS",
+]
+
+#: Largest prompt, and largest single attachment, in characters.
+MAX_PROMPT_CHARS = 1_000_000
+
+_ID = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@#/\-]+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Attachment(_Strict):
+    """Untrusted material sent with a prompt (a DataFrame summary, a file); labeled in the context."""
+
+    label: str = Field(max_length=200)
+    content: str = Field(max_length=MAX_PROMPT_CHARS)
+
+
+class RunStartParams(_Strict):
+    conversation: str = _ID
+    """Conversation id (one per notebook cell chain); a run appends a turn to it."""
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    attachments: list[Attachment] = Field(default_factory=list, max_length=32)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    """Model id; default: the server's ``default_model``."""
+    backend: Literal["anthropic", "openai"] | None = None
+    """Default: the server's ``default_backend``."""
+    mode: Literal["ask", "review", "full"] = "ask"
+    max_tokens: int | None = Field(None, ge=1, le=128_000)
+    tools: list[str] | None = Field(None, max_length=500)
+    """Offer only these tools (still gated by the grant); None = every available tool."""
+    origin: str | None = None
+    """Browser sessions only: the notebook to run for. Kernels always run for themselves."""
+
+
+class RunStartResult(_Strict):
+    run_id: str
+
+
+class RunCancelParams(_Strict):
+    run_id: str = Field(min_length=1, max_length=100)
+
+
+class RunCancelResult(_Strict):
+    cancelled: bool
+    """False when the run had already ended."""
+
+
+class ConversationsListParams(_Strict):
+    origin: str | None = None
+
+
+class ConversationsListResult(_Strict):
+    conversations: list[dict[str, Any]]
+    """``{conv_id, origin, name, message_count, meta, created_at, updated_at}``, newest first."""
+
+
+class ConversationsForkParams(_Strict):
+    conversation: str = _ID
+    at_turn: int = Field(ge=0)
+    """Drop this turn and every later one (re-running an earlier cell replaces its turn)."""
+    origin: str | None = None
+
+
+class ConversationsForkResult(_Strict):
+    conversation: str
+    removed_messages: int
+    turns: int
+    """Turns left."""
+
+
+class ConversationsDeleteParams(_Strict):
+    conversation: str = _ID
+    origin: str | None = None
+
+
+class ConversationsDeleteResult(_Strict):
+    deleted: bool
+    workspace_deleted: bool = False
