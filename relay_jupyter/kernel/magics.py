@@ -48,8 +48,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0 or value > 1_000_000:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 1000000: {text!r}")
+    if value <= 0 or value > 128_000:  # the broker's run.start bound
+        raise argparse.ArgumentTypeError(f"must be between 1 and 128000: {text!r}")
     return value
 
 
