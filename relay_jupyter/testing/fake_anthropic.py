@@ -189,6 +189,8 @@ class FakeAnthropic(ScriptedServer):
         body = record.body
         if body.get("stream"):
             await self._stream(responder, item, body)
+        elif item.drop_after is not None:
+            await responder.abort()
         elif item.error_after is not None:
             await self._error(responder, 529, error_type=item.error_type)
         else:
@@ -239,6 +241,9 @@ class FakeAnthropic(ScriptedServer):
                 await emit("content_block_start", {"type": "content_block_start", "index": index,
                                                    "content_block": start})
                 for delta_type, key, chunk, tokens in pieces:
+                    if reply.drop_after is not None and deltas >= reply.drop_after:
+                        await responder.abort()
+                        return
                     if reply.error_after is not None and deltas >= reply.error_after:
                         await self._stream_error(emit, responder, reply)
                         return
@@ -249,6 +254,9 @@ class FakeAnthropic(ScriptedServer):
                 await emit("content_block_stop", {"type": "content_block_stop", "index": index})
                 if index + 1 < len(reply.blocks):
                     await emit("ping", {"type": "ping"})
+            if reply.drop_after is not None:
+                await responder.abort()
+                return
             if reply.error_after is not None:
                 await self._stream_error(emit, responder, reply)
                 return

@@ -141,6 +141,8 @@ class FakeOpenAI(ScriptedServer):
             await responder.send(item.status, payload, self.retry_headers(item))
         elif body.get("stream"):
             await self._stream(responder, item, body)
+        elif item.drop_after is not None:
+            await responder.abort()
         elif item.error_after is not None:
             await responder.send(503, error_body(503))
         else:
@@ -215,12 +217,18 @@ class FakeOpenAI(ScriptedServer):
                         for a in args[1:]]
                     call_index += 1
                 for delta, tokens in pieces:
+                    if reply.drop_after is not None and deltas >= reply.drop_after:
+                        await responder.abort()
+                        return
                     if reply.error_after is not None and deltas >= reply.error_after:
                         await self._stream_error(responder)
                         return
                     await pacer.wait(tokens)
                     await chunk(delta)
                     deltas += 1
+            if reply.drop_after is not None:
+                await responder.abort()
+                return
             if reply.error_after is not None:
                 await self._stream_error(responder)
                 return

@@ -141,6 +141,7 @@ class Responder:
 
     async def abort(self) -> None:
         """Drop the connection without finishing the response (a network failure mid-stream)."""
+        self._record.disconnected = True
         self._writer.transport.abort()
 
 

@@ -128,6 +128,8 @@ class Reply:
         error_after: when set, the stream emits an ``error`` event after this many content deltas
             (0 = right after ``message_start``) and ends; a non-streaming request gets HTTP 529 instead.
         error_type: the API error type of that event.
+        drop_after: when set, the connection is cut (TCP reset, no error event, no end of stream)
+            after this many content deltas: a network failure. Non-streaming: cut before answering.
         first_token_delay: seconds to wait before the first content delta.
         tokens_per_second: pace of the deltas after the first (``None`` = as fast as possible).
         chunk_tokens: how many word-tokens one text delta carries.
@@ -138,6 +140,7 @@ class Reply:
     stop_reason: StopReason | None = None
     usage: Usage | None = None
     error_after: int | None = None
+    drop_after: int | None = None
     error_type: str = "overloaded_error"
     first_token_delay: float = 0.0
     tokens_per_second: float | None = None
@@ -154,7 +157,7 @@ class Reply:
                                 f"got {type(b).__name__}")
         object.__setattr__(self, "blocks", converted)
         for name in (
-            "stop_reason", "usage", "error_after", "error_type", "first_token_delay",
+            "stop_reason", "usage", "error_after", "drop_after", "error_type", "first_token_delay",
             "tokens_per_second", "chunk_tokens", "model",
         ):
             object.__setattr__(self, name, options.pop(name, getattr(type(self), name)))

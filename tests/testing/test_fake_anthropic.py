@@ -359,3 +359,20 @@ async def test_thinking_block_streams_with_signature(fake):
         "thinking", "First I consider the numbers carefully.", "sig-1")
     assert "thinking" in kinds and "signature" in kinds
     assert final.content[1].text == "3" and final.usage.output_tokens == 7
+
+
+@pytest.mark.asyncio
+async def test_dropped_connection_mid_stream_and_before_answer(fake):
+    fake.enqueue(Reply("a b c d e f g h", chunk_tokens=1, drop_after=3), Reply("x", drop_after=0))
+    async with client(fake) as c:
+        seen = []
+        with pytest.raises((anthropic.APIConnectionError, httpx2.TransportError)):
+            async with c.messages.stream(model="m", max_tokens=10, messages=MSG) as s:
+                async for ev in s:
+                    if ev.type == "text":
+                        seen.append(ev.text)
+        assert seen == ["a ", "b ", "c "]
+        with pytest.raises(anthropic.APIConnectionError):
+            await c.messages.create(model="m", max_tokens=10, messages=MSG)
+    assert [r.disconnected for r in fake.requests] == [True, True]
+    assert not any(r.completed for r in fake.requests)

@@ -145,3 +145,11 @@ async def test_thinking_becomes_reasoning_content(fake):
     chunks, _ = await stream_chat(fake)
     reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
     assert reasoning == "step one then step two" and assemble(chunks)[0] == "answer"
+
+
+@pytest.mark.asyncio
+async def test_dropped_connection_mid_stream(fake):
+    fake.enqueue(Reply("one two three four", chunk_tokens=1, drop_after=2))
+    with pytest.raises(httpx2.TransportError):
+        await stream_chat(fake)
+    assert fake.last_request.disconnected and not fake.last_request.completed
