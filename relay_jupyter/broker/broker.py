@@ -38,7 +38,7 @@ from .metrics import BrokerMetrics, CountingAudit
 from .permissions import MemoryTrust, PermissionRouter
 from .registry import METHODS
 
-__all__ = ["Broker", "METHOD_MODULES", "load_methods", "require", "target_origin"]
+__all__ = ["METHOD_MODULES", "Broker", "load_methods", "require", "target_origin"]
 
 log = logging.getLogger("relay_jupyter.broker")
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from ..core.errors import Code, ConfigRefusal
 
-__all__ = ["BrokerConfig", "DEFAULT_SECRET_ENV_VARS", "check_private_file"]
+__all__ = ["DEFAULT_SECRET_ENV_VARS", "BrokerConfig", "check_private_file"]
 
 #: Environment variables never handed to a kernel: model keys and every Jupyter/JupyterHub token.
 DEFAULT_SECRET_ENV_VARS: tuple[str, ...] = (

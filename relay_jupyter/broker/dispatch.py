@@ -28,7 +28,7 @@ from .registry import METHODS
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["dispatch", "call_method"]
+__all__ = ["call_method", "dispatch"]
 
 log = logging.getLogger("relay_jupyter.broker")
 

@@ -24,7 +24,7 @@ from ..core.types import ToolClass, ToolSpec
 from ..protocol.names import EventType
 from .events import EventBus
 
-__all__ = ["KernelBridge", "KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS"]
+__all__ = ["KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS", "KernelBridge"]
 
 #: Longest kernel-tool result kept (characters); longer content is cut with a marker.
 MAX_RESULT_CHARS = 200_000

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.ports import AuditSink
 from ..core.types import AuditRecord
 
-__all__ = ["BrokerMetrics", "CountingAudit", "CONTENT_TYPE"]
+__all__ = ["CONTENT_TYPE", "BrokerMetrics", "CountingAudit"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -32,7 +32,7 @@ from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, Consent
 from ..protocol.names import EventType
 from .events import EventBus
 
-__all__ = ["PermissionRouter", "TrustBook", "MemoryTrust", "PendingPermission"]
+__all__ = ["MemoryTrust", "PendingPermission", "PermissionRouter", "TrustBook"]
 
 _ENDED_KEEP = 10_000  # ended request ids remembered so a late answer gets CONFLICT, not NOT_FOUND
 

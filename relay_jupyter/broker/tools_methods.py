@@ -18,14 +18,20 @@ import jsonschema
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, Refusal, RoutingRefusal
 from ..core.types import PermissionMode, ToolRequest, ToolSpec
-from ..protocol.models_control import ToolInfo, ToolsCallParams, ToolsCallResult, ToolsListParams, ToolsListResult
+from ..protocol.models_control import (
+    ToolInfo,
+    ToolsCallParams,
+    ToolsCallResult,
+    ToolsListParams,
+    ToolsListResult,
+)
 from ..protocol.names import Method
 from .registry import method
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["execute_client_call", "available_tools", "MAX_ARGUMENT_BYTES"]
+__all__ = ["MAX_ARGUMENT_BYTES", "available_tools", "execute_client_call"]
 
 #: Largest serialised arguments object accepted for a tool call.
 MAX_ARGUMENT_BYTES = 256 * 1024

@@ -20,20 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "PARSE_ERROR",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "INVALID_PARAMS",
     "INTERNAL_ERROR",
-    "MAX_DEPTH",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
     "MAX_BATCH",
-    "RpcRequest",
+    "MAX_DEPTH",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
     "RpcFailure",
+    "RpcRequest",
+    "encode",
+    "failure",
     "loads_strict",
     "parse_body",
     "success",
-    "failure",
-    "encode",
 ]
 
 PARSE_ERROR = -32700

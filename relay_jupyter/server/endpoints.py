@@ -25,8 +25,16 @@ from ..core.types import Event
 from ..protocol.names import EventType
 from ..protocol.sse import encode_comment, encode_event
 
-__all__ = ["RelayEndpoint", "RpcEndpoint", "EventsEndpoint", "HealthEndpoint", "ReadyEndpoint",
-           "MetricsEndpoint", "REPLAY_PAGE", "parse_since"]
+__all__ = [
+    "REPLAY_PAGE",
+    "EventsEndpoint",
+    "HealthEndpoint",
+    "MetricsEndpoint",
+    "ReadyEndpoint",
+    "RelayEndpoint",
+    "RpcEndpoint",
+    "parse_since",
+]
 
 log = logging.getLogger("relay_jupyter.server")
 

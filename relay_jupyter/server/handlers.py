@@ -18,16 +18,24 @@ from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import User
-from jupyter_server.base.handlers import APIHandler
 from jupyter_server.base.call_context import CallContext
+from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..core.caller import Caller, CallerKind
 from .endpoints import EventsEndpoint, HealthEndpoint, MetricsEndpoint, ReadyEndpoint, RpcEndpoint
 from .kernel_auth import AUTH_SCHEME, KernelCredentials
 
-__all__ = ["RelayJupyterHandler", "RpcHandler", "EventsHandler", "HealthzHandler", "ReadyzHandler",
-           "MetricsHandler", "relay_handlers", "AUTH_RESOURCE"]
+__all__ = [
+    "AUTH_RESOURCE",
+    "EventsHandler",
+    "HealthzHandler",
+    "MetricsHandler",
+    "ReadyzHandler",
+    "RelayJupyterHandler",
+    "RpcHandler",
+    "relay_handlers",
+]
 
 AUTH_RESOURCE = "relay"
 _CLIENT_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -37,7 +45,7 @@ async def kernel_origin(serverapp: Any, kernel_id: str) -> str:
     """``notebook:<path>`` of the kernel's session, or ``kernel:<id>`` for a kernel without one."""
     try:
         session = await serverapp.session_manager.get_session(kernel_id=kernel_id)
-    except Exception:  # get_session raises HTTPError(404) when there is no session
+    except web.HTTPError:  # get_session raises HTTPError(404) when there is no session
         session = None
     path = (session or {}).get("path")
     return f"notebook:{path}" if path else f"kernel:{kernel_id}"

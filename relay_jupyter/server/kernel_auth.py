@@ -23,8 +23,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KernelCredentials", "KernelIdentity", "scrub_env", "install_kernel_env_hook",
-           "ENV_URL", "ENV_CREDENTIAL", "AUTH_SCHEME"]
+__all__ = [
+    "AUTH_SCHEME",
+    "ENV_CREDENTIAL",
+    "ENV_URL",
+    "KernelCredentials",
+    "KernelIdentity",
+    "install_kernel_env_hook",
+    "scrub_env",
+]
 
 ENV_URL = "RELAY_URL"
 ENV_CREDENTIAL = "RELAY_KERNEL_CREDENTIAL"

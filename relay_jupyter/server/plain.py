@@ -1,19 +1,26 @@
 """The relay endpoints on a plain tornado ``Application`` with a pluggable "who is the caller" function.
 
 The standalone daemon (``jupyter relay serve``) builds its app here: it passes a ``resolve_caller``
-that checks its own credentials (Unix-socket peer, bearer token) and returns a ``Caller`` or None.
-None is answered with one fixed 401 (same bytes for a missing and a wrong credential). Benchmarks
-use it too, so they measure the same handler code the Jupyter server runs.
+that checks its own credentials (Unix-socket peer, bearer token; :class:`.daemon_auth.DaemonGate`)
+and returns a ``Caller`` or None. None is answered with one fixed 401 (same bytes for a missing,
+malformed and wrong credential: no ``Date`` header, fixed headers and body). A resolver may also
+answer the request itself (a 429 cooldown, a 400) by finishing it. Benchmarks use this app too,
+so they measure the same handler code the Jupyter server runs.
 
     app = make_app(broker, resolve_caller)
     server = app.listen(0, "127.0.0.1")
+
+Every path outside the five endpoints goes through the same resolver before its 404, so an
+unknown path tells an unauthenticated client nothing. Log lines never contain a query string
+(where a client might have put a token) and pass the path through ``scrub`` first.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tornado import web
 
@@ -21,29 +28,92 @@ from ..broker.broker import Broker
 from ..core.caller import Caller
 from .endpoints import EventsEndpoint, HealthEndpoint, MetricsEndpoint, ReadyEndpoint, RpcEndpoint
 
-__all__ = ["make_app", "ResolveCaller", "UNAUTHORIZED_BODY"]
+__all__ = ["UNAUTHORIZED_BODY", "UNAUTHORIZED_HEADERS", "Activity", "ResolveCaller", "make_app", "refuse"]
+
+log = logging.getLogger("relay_jupyter.daemon")
+access_log = logging.getLogger("relay_jupyter.daemon.access")
 
 ResolveCaller = Callable[[web.RequestHandler], "Caller | None | Awaitable[Caller | None]"]
-UNAUTHORIZED_BODY = b'{"message": "unauthorized"}'
+
+#: The one body of every 401.
+UNAUTHORIZED_BODY = b'{"message": "authentication required: send Authorization: Bearer <daemon token>"}'
+#: The headers of every 401 besides Content-Length.
+UNAUTHORIZED_HEADERS: tuple[tuple[str, str], ...] = (
+    ("Content-Type", "application/json"),
+    ("WWW-Authenticate", 'Bearer realm="relay"'),
+    ("Cache-Control", "no-store"),
+)
+
+
+class Activity(Protocol):
+    """Told when a request starts and ends (the daemon's idle timer and token-rotation bookkeeping)."""
+
+    def started(self, handler: web.RequestHandler) -> None: ...
+
+    def ended(self, handler: web.RequestHandler) -> None: ...
+
+
+def refuse(handler: web.RequestHandler, status: int, body: bytes,
+           headers: tuple[tuple[str, str], ...] = UNAUTHORIZED_HEADERS) -> None:
+    """Answer with exactly ``status``, ``headers`` and ``body``: nothing that varies per request or second."""
+    handler.clear()
+    handler.clear_header("Date")
+    handler.set_status(status)
+    for name, value in headers:
+        handler.set_header(name, value)
+    handler.finish(body)
+
+
+def _scrub(handler: web.RequestHandler) -> str:
+    scrub = handler.settings.get("relay_scrub")
+    path = handler.request.path
+    return (scrub(path) if scrub is not None else path)[:200]
 
 
 class _PlainAuth(web.RequestHandler):
     """``prepare`` authenticates with ``settings["relay_resolve_caller"]``; None -> the fixed 401."""
 
     relay_caller: Caller | None = None
+    relay_endpoint = "unknown"
+    """The endpoint's name (``rpc``, ``events``, ``healthz``, ...); resolvers read it."""
 
     async def prepare(self) -> None:
+        activity = self.settings.get("relay_activity")
+        if activity is not None:
+            activity.started(self)
         resolve = self.settings["relay_resolve_caller"]
         caller = resolve(self)
         if inspect.isawaitable(caller):
             caller = await caller
+        if self._finished:  # the resolver answered (cooldown, bad request)
+            return
         if caller is None:
-            self.set_status(401)
-            self.set_header("Content-Type", "application/json")
-            self.set_header("WWW-Authenticate", "Bearer")
-            self.finish(UNAUTHORIZED_BODY)
+            refuse(self, 401, UNAUTHORIZED_BODY)
             return
         self.relay_caller = caller
+
+    def on_finish(self) -> None:
+        activity = self.settings.get("relay_activity")
+        if activity is not None:
+            activity.ended(self)
+
+    def on_connection_close(self) -> None:
+        activity = self.settings.get("relay_activity")
+        if activity is not None:
+            activity.ended(self)
+        super().on_connection_close()
+
+    def _request_summary(self) -> str:
+        # tornado's version includes the query string; ours never does
+        return f"{self.request.method} {_scrub(self)} ({self.request.remote_ip})"
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        # tornado's version logs repr(request), which carries the full URI
+        if isinstance(value, web.HTTPError):
+            if value.log_message:
+                log.warning("%d %s: %s", value.status_code, self._request_summary(), value.log_message)
+        else:
+            log.error("Uncaught exception %s", self._request_summary(), exc_info=(typ, value, tb))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # never a traceback or an echo of the request: a status and a fixed message
@@ -53,6 +123,8 @@ class _PlainAuth(web.RequestHandler):
 
 @web.stream_request_body
 class PlainRpcHandler(_PlainAuth, RpcEndpoint):
+    relay_endpoint = "rpc"
+
     async def prepare(self) -> None:
         await super().prepare()
         if not self._finished:
@@ -63,33 +135,73 @@ class PlainRpcHandler(_PlainAuth, RpcEndpoint):
 
 
 class PlainEventsHandler(_PlainAuth, EventsEndpoint):
+    relay_endpoint = "events"
+
     async def get(self) -> None:
-        await self.relay_get()
+        try:
+            await self.relay_get()
+        finally:
+            # the stream may end without finish(): count it as ended either way
+            self.on_finish()
 
 
 class PlainHealthzHandler(_PlainAuth, HealthEndpoint):
+    relay_endpoint = "healthz"
+
     def get(self) -> None:
         self.relay_get()
 
 
 class PlainReadyzHandler(_PlainAuth, ReadyEndpoint):
+    relay_endpoint = "readyz"
+
     def get(self) -> None:
         self.relay_get()
 
 
 class PlainMetricsHandler(_PlainAuth, MetricsEndpoint):
+    relay_endpoint = "metrics"
+
     def get(self) -> None:
         self.relay_get()
 
 
+class PlainNotFoundHandler(_PlainAuth):
+    """Any other path: authenticated like the endpoints, then 404."""
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        if not self._finished:
+            raise web.HTTPError(404)
+
+
+def _log_request(handler: web.RequestHandler) -> None:
+    status = handler.get_status()
+    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    access_log.log(level, "%d %s %s (%s) %.1fms", status, handler.request.method, _scrub(handler),
+                   handler.request.remote_ip, 1000.0 * handler.request.request_time())
+
+
 def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/relay/",
+             activity: Activity | None = None, scrub: Callable[[str], str] | None = None,
              **settings: Any) -> web.Application:
-    """A tornado Application serving ``rpc``, ``events``, ``healthz``, ``readyz``, ``metrics`` under ``prefix``."""
+    """A tornado Application serving ``rpc``, ``events``, ``healthz``, ``readyz``, ``metrics`` under ``prefix``.
+
+    Args:
+        broker: the broker the endpoints call.
+        resolve_caller: ``handler -> Caller | None`` (may be async, may finish the request itself).
+        prefix: URL prefix of the endpoints.
+        activity: told when each request starts and ends.
+        scrub: ``path -> path`` applied before a path is logged (masks a token a client put there).
+    """
     routes = [
         (prefix + "rpc", PlainRpcHandler),
         (prefix + "events", PlainEventsHandler),
         (prefix + "healthz", PlainHealthzHandler),
         (prefix + "readyz", PlainReadyzHandler),
         (prefix + "metrics", PlainMetricsHandler),
+        (r"/.*", PlainNotFoundHandler),
     ]
-    return web.Application(routes, relay_broker=broker, relay_resolve_caller=resolve_caller, **settings)
+    settings.setdefault("log_function", _log_request)
+    return web.Application(routes, relay_broker=broker, relay_resolve_caller=resolve_caller,
+                           relay_activity=activity, relay_scrub=scrub, **settings)

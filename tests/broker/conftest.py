@@ -12,6 +12,7 @@ from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.core.caller import Caller
 
+
 @pytest_asyncio.fixture
 async def broker():
     b = Broker.open(BrokerConfig(in_memory=True, consent_timeout=2.0, kernel_tool_timeout=2.0))

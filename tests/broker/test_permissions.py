@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from broker_callers import BROWSER, KERNEL_A, KERNEL_A2, KERNEL_B
 
 from relay_jupyter.core.errors import Code, RoutingRefusal
 from relay_jupyter.core.types import (
@@ -17,8 +18,6 @@ from relay_jupyter.core.types import (
     ToolSpec,
 )
 from relay_jupyter.protocol.names import EventType
-
-from broker_callers import BROWSER, KERNEL_A, KERNEL_A2, KERNEL_B
 
 WRITE = ToolSpec(name="run_code", tool_class=ToolClass.WRITE)
 

@@ -4,7 +4,6 @@ no @pytest.mark.asyncio, which would run them on a loop where the server is not 
 import json
 
 
-
 async def test_rpc_roundtrip_as_browser(rpc, broker):
     reply = await rpc("grants.list", {})
     assert reply == {"jsonrpc": "2.0", "id": 1, "result": {"grants": []}}
