@@ -7,6 +7,7 @@ Enabled on install by ``jupyter-config/server-config/relay_jupyter.json`` (share
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 
+from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
 from .handlers import relay_handlers
@@ -107,6 +109,7 @@ class RelayApp(ExtensionApp):
     def initialize_settings(self) -> None:
         """Build the broker and hook kernel starts (credential + scrubbed environment)."""
         self.broker = Broker.open(self.broker_config())
+        install_components(self.broker, jupyter_root=Path(self.serverapp.root_dir))
         self.kernel_credentials = KernelCredentials()
         self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials})
         install_kernel_env_hook(
@@ -119,6 +122,10 @@ class RelayApp(ExtensionApp):
         self._pruner.start()
         self.log.info("relay-jupyter broker ready at %srelay/", self.serverapp.base_url)
 
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Connect MCP servers in the background: a slow server must not delay Jupyter's start."""
+        self._mcp_start = asyncio.ensure_future(start_components(self.broker))
+
     def initialize_handlers(self) -> None:
         """Mount the relay endpoints under ``{base_url}relay/``."""
         self.handlers.extend(relay_handlers())
@@ -130,4 +137,5 @@ class RelayApp(ExtensionApp):
             pruner.stop()
         broker: Broker | None = getattr(self, "broker", None)
         if broker is not None:
+            await stop_components(broker)
             broker.close()
