@@ -29,6 +29,7 @@ async def _read(h: httpx2.AsyncClient, path: str, body: dict) -> tuple[float, fl
     first = last = None
     deltas = 0
     async with h.stream("POST", path, json=body) as r:
+        r.raise_for_status()
         async for line in r.aiter_lines():
             if '"text_delta"' in line or '"content": "w' in line:
                 deltas += 1
@@ -43,7 +44,8 @@ async def _anthropic(report) -> None:
     n = 5_000
     words = " ".join(["w"] * n)
     with FakeAnthropic() as fake:
-        async with httpx2.AsyncClient(base_url=fake.base_url, timeout=60) as h:
+        headers = {"anthropic-version": "2023-06-01"}
+        async with httpx2.AsyncClient(base_url=fake.base_url, timeout=60, headers=headers) as h:
             fake.enqueue("w w")
             await _read(h, "/v1/messages", BODY)  # warm the connection
             best = float("inf")
