@@ -33,7 +33,7 @@ class Coalescer:
         self._clock = clock
         self._parts: list[str] = []
         self._size = 0
-        self._last = clock()
+        self._last = float("-inf")  # the first piece goes out at once: coalescing must not delay it
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, text: str) -> None:
