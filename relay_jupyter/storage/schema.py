@@ -46,7 +46,7 @@ CREATE TABLE events (
     type        TEXT NOT NULL,
     origin      TEXT,                   -- NULL: broadcast
     run_id      TEXT,
-    body        TEXT NOT NULL           -- the event's wire JSON without its id (see storage/events.py)
+    frame       BLOB NOT NULL           -- the event's SSE frame, UTF-8 (see storage/events.py)
 );
 CREATE TABLE runs (
     run_id       TEXT PRIMARY KEY,

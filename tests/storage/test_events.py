@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -80,14 +81,17 @@ def test_sse_replay_is_byte_identical_to_encode_event(store: Store) -> None:
         ("run.text_delta", {"text": "line\nnext \u2028 \"quoted\" é 😀"}, "notebook:a.ipynb#k", "r1"),
         ("permission.request", {"nested": {"list": [1, 2.5, None, True]}, "n": -3}, None, "r1"),
         ("run.done", {}, "o2", None),
+        ("type \"q\" é\t", {"k": "\x00\x1f"}, "nb:\"weird\"\\path\t#k😀", "r\u2028"),
     ])
     last, frames = store.replay_sse(0)
-    assert last == 3
+    assert last == 4
     assert frames == b"".join(encode_event(e) for e in events)
     parsed, rest = parse_stream(frames.decode())
-    assert rest == "" and [p["id"] for p in parsed] == ["1", "2", "3"]
-    assert [p["event"] for p in parsed] == ["run.text_delta", "permission.request", "run.done"]
-    assert store.replay_sse(3) == (3, b"")
+    assert rest == "" and [p["id"] for p in parsed] == ["1", "2", "3", "4"]
+    assert [p["event"] for p in parsed] == ["run.text_delta", "permission.request", "run.done", events[3].type]
+    assert [json.loads(p["data"]) for p in parsed] == [e.model_dump(mode="json") for e in events]
+    assert store.events_since(0) == events
+    assert store.replay_sse(4) == (4, b"")
     assert store.replay_sse(1, limit=1)[0] == 2
 
 

@@ -20,8 +20,8 @@ def _make_v1(path: Path) -> None:
     conn.execute("PRAGMA user_version = 1")
     grant = Grant(origin="o", tools=frozenset({"t"}), consent_id="c")
     conn.execute("INSERT INTO grants VALUES (?, ?, 0)", ("o", grant.model_dump_json()))
-    conn.execute("INSERT INTO events (ts, type, origin, run_id, body) VALUES "
-                 "(1.0, 't', NULL, NULL, '{\"ts\":1.0,\"type\":\"t\",\"origin\":null,\"run_id\":null,\"data\":{\"v\":1}}')")
+    frame = b'id: 1\nevent: t\ndata: {"id":1,"ts":1.0,"type":"t","origin":null,"run_id":null,"data":{"v":1}}\n\n'
+    conn.execute("INSERT INTO events (ts, type, origin, run_id, frame) VALUES (1.0, 't', NULL, NULL, ?)", (frame,))
     conn.execute("INSERT INTO runs (run_id, origin, conversation, state, started_at) VALUES ('r', 'o', 'c', 'running', 0)")
     conn.commit()
     conn.close()
