@@ -1,0 +1,302 @@
+"""Side by side in real kernels: ``%%agent`` vs the direct anthropic SDK vs jupyter-ai's ``%%ai`` (2.x, 3.x).
+
+    .venv/bin/python benchmarks/peer_magics.py                 # 5 interleaved rounds (about 4 minutes)
+    .venv/bin/python benchmarks/peer_magics.py --rounds 2 --variants sdk,agent --json out.json
+
+Every variant gets the same paced answer (600 tokens, first at 0.1 s, then 100 tokens/s) from one
+fake Anthropic server on 127.0.0.1 (``benchmarks/peers/fake.py``). Each round starts a fresh kernel
+per variant, in a rotating order, and runs two cells in it:
+
+- the load cell: ``import anthropic`` (sdk), ``%load_ext relay_jupyter`` (agent), ``%load_ext
+  jupyter_ai_magics`` (v2), ``%load_ext jupyter_ai_magic_commands`` (v3);
+- the answer cell: a ``messages.stream`` loop printing each text delta (sdk), ``%%agent`` (agent), ``%%ai
+  anthropic-chat:MODEL -m {"base_url":...}`` (v2), ``%%ai anthropic/MODEL --api-base ...`` (v3).
+
+Every iopub message is timestamped as it arrives. Reported per variant (median, min-max): load time
+(request sent -> kernel idle), first answer text visible (first output message carrying the answer's
+first word), cell finished (-> kernel idle), number and bytes of iopub output messages; each as a ratio
+to the direct SDK in the same run. The peers run in their own venvs under ``benchmarks/.peers/``
+(installed on first use); the agent talks to a Jupyter server running the relay extension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peers.fake import ANSWER, API_KEY, MARKER, MODEL, PROMPT, PacedFake  # noqa: E402
+from peers.kernels import CellRun, Kernel, write_kernelspec  # noqa: E402
+from peers.relay_server import RelayServer  # noqa: E402
+from peers.venvs import PEERS, ensure  # noqa: E402
+
+VARIANTS = ("sdk", "agent", "v2", "v3")
+LABELS = {"sdk": "direct SDK stream", "agent": "relay %%agent", "v2": "jupyter-ai 2.x %%ai",
+          "v3": "jupyter-ai 3.x %%ai"}
+METRICS = (("load", "load (s)"), ("first", "first text (s)"), ("cell", "cell done (s)"),
+           ("outputs", "iopub outputs"), ("bytes", "iopub bytes"))
+
+
+@dataclass
+class Variant:
+    name: str
+    load: str
+    cell: str
+    kernelspec: str | None = None
+    """None: the kernel is started by the relay Jupyter server."""
+
+
+@dataclass
+class Sample:
+    load: float
+    first: float
+    cell: float
+    outputs: int
+    bytes: int
+
+
+@dataclass
+class Results:
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    failures: dict[str, list[str]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+
+
+def variants(base_url: str) -> dict[str, Variant]:
+    """The load and answer cells of each variant, pointed at the fake at ``base_url``."""
+    sdk_cell = (
+        f"client = anthropic.Anthropic(api_key={API_KEY!r}, base_url={base_url!r}, max_retries=0)\n"
+        f"with client.messages.stream(model={MODEL!r}, max_tokens=2048,\n"
+        f"                            messages=[{{'role': 'user', 'content': {PROMPT!r}}}]) as stream:\n"
+        "    for text in stream.text_stream:\n"
+        "        print(text, end='', flush=True)\n")
+    return {
+        "sdk": Variant("sdk", "import anthropic", sdk_cell, kernelspec="relay-bench-ours"),
+        "agent": Variant("agent", "%load_ext relay_jupyter", f"%%agent --model {MODEL}\n{PROMPT}"),
+        "v2": Variant("v2", f"%load_ext {PEERS['v2'].extension}",
+                      f'%%ai anthropic-chat:{MODEL} -m {{"base_url":"{base_url}"}}\n{PROMPT}',
+                      kernelspec="relay-bench-v2"),
+        "v3": Variant("v3", f"%load_ext {PEERS['v3'].extension}",
+                      f"%%ai anthropic/{MODEL} --api-base {base_url}\n{PROMPT}", kernelspec="relay-bench-v3"),
+    }
+
+
+def kernel_env() -> dict[str, str]:
+    """Environment of the directly launched kernels (sdk, v2, v3): the fake's key for the SDKs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "VIRTUAL_ENV"))}
+    env["ANTHROPIC_API_KEY"] = API_KEY
+    # litellm (v3) otherwise fetches its model price map from GitHub at import; offline that only adds
+    # a timeout, which would charge v3 for this machine's network rather than for its code
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    return env
+
+
+class Bench:
+    def __init__(self, selected: list[str], work: Path, log=print) -> None:
+        self.selected = selected
+        self.work = work
+        self.log = log
+        self.fake = PacedFake().start()
+        self.cells = variants(self.fake.base_url)
+        self.server: RelayServer | None = None
+        self.env = kernel_env()
+        self.counter = 0
+        pythons = {"relay-bench-ours": Path(sys.executable)}
+        for name in ("v2", "v3"):
+            if name in selected:
+                pythons[f"relay-bench-{name}"] = ensure(PEERS[name], log=log)
+        for spec, python in pythons.items():
+            write_kernelspec(work / "specs", spec, python)
+        if "agent" in selected:
+            self.server = RelayServer(work / "relay", anthropic_base_url=self.fake.base_url, api_key=API_KEY,
+                                      model=MODEL).start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.fake.stop()
+
+    async def _kernel(self, variant: Variant) -> tuple[Kernel, str | None]:
+        if variant.kernelspec is not None:
+            cwd = self.work / "cwd"
+            cwd.mkdir(exist_ok=True)
+            return await Kernel.launch(self.work / "specs", variant.kernelspec, self.env, cwd), None
+        assert self.server is not None
+        self.counter += 1
+        # a fresh notebook path per kernel, so every round starts with no conversation history
+        session_id, _, connection = await asyncio.to_thread(self.server.open_notebook, f"bench-{self.counter}.ipynb")
+        return await Kernel.attach(connection), session_id
+
+    async def once(self, name: str, *, answer: bool = True) -> tuple[CellRun, CellRun | None]:
+        """A fresh kernel for ``name``: the load cell, then (when ``answer``) the answer cell."""
+        variant = self.cells[name]
+        kernel, session_id = await self._kernel(variant)
+        try:
+            load = await kernel.execute(variant.load, timeout=120)
+            cell = await kernel.execute(variant.cell, timeout=120) if answer and load.status == "ok" else None
+            return load, cell
+        finally:
+            await kernel.close()
+            if session_id is not None and self.server is not None:
+                await asyncio.to_thread(self.server.close_notebook, session_id)
+
+    async def round(self, index: int, results: Results) -> None:
+        k = index % len(self.selected)
+        for name in self.selected[k:] + self.selected[:k]:  # rotate: no variant always goes first
+            load, cell = await self.once(name)
+            problem = None
+            if load.status != "ok":
+                problem = f"load cell failed: {load.error_text()}"
+            elif cell is None or cell.status != "ok":
+                problem = f"answer cell failed: {cell.error_text() if cell else '?'}"
+            elif cell.first_containing(MARKER) is None:
+                problem = f"the answer never appeared: {cell.error_text()}"
+            if problem:
+                results.failures[name].append(problem)
+                self.log(f"  round {index + 1} {name}: {problem[:300]}")
+                continue
+            assert cell is not None
+            first = cell.first_containing(MARKER)
+            assert first is not None
+            sample = Sample(load.elapsed(), first, cell.elapsed(), len(cell.outputs()), cell.output_bytes())
+            results.samples[name].append(sample)
+            self.log(f"  round {index + 1} {name}: load {sample.load:.3f} s, first text {sample.first:.3f} s, "
+                     f"done {sample.cell:.3f} s, {sample.outputs} outputs, {sample.bytes} B")
+
+    async def warm(self) -> None:
+        """Start each variant's kernel and load cell once, unmeasured (disk caches, bytecode)."""
+        for name in self.selected:
+            load, _ = await self.once(name, answer=False)
+            if load.status != "ok":
+                self.log(f"  warm-up {name}: load cell failed: {load.error_text()[:300]}")
+
+
+def _stats(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def summarize(results: Results) -> dict[str, dict[str, Any]]:
+    """Per variant and metric: median, min, max, and the ratio of medians to the SDK's."""
+    out: dict[str, dict[str, Any]] = {}
+    base = results.samples.get("sdk") or []
+    for name, samples in results.samples.items():
+        if not samples:
+            continue
+        row: dict[str, Any] = {"rounds": len(samples)}
+        for key, _ in METRICS:
+            med, lo, hi = _stats([getattr(s, key) for s in samples])
+            ratio = None
+            if base:
+                b = statistics.median([getattr(s, key) for s in base])
+                ratio = med / b if b else None
+            row[key] = {"median": med, "min": lo, "max": hi, "ratio_to_sdk": ratio}
+        out[name] = row
+    return out
+
+
+def _fmt(key: str, cell: dict[str, Any]) -> str:
+    if key in ("outputs", "bytes"):
+        text = f"{cell['median']:,.0f} ({cell['min']:,.0f}–{cell['max']:,.0f})"
+    else:
+        text = f"{cell['median']:.3f} ({cell['min']:.3f}–{cell['max']:.3f})"
+    if cell["ratio_to_sdk"] is not None:
+        text += f" **{cell['ratio_to_sdk']:.2f}×**"
+    return text
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of :func:`summarize`."""
+    head = "| variant | rounds | " + " | ".join(label for _, label in METRICS) + " |"
+    lines = [head, "|" + " --- |" * (len(METRICS) + 2)]
+    for name in VARIANTS:
+        if name in summary:
+            row = summary[name]
+            lines.append(f"| {LABELS[name]} | {row['rounds']} | "
+                         + " | ".join(_fmt(k, row[k]) for k, _ in METRICS) + " |")
+    return "\n".join(lines)
+
+
+def targets(summary: dict[str, dict[str, Any]]) -> list[tuple[str, float, float, float]]:
+    """The issue's targets as (name, value, baseline, max ratio), for those that could be measured."""
+    out = []
+    agent = summary.get("agent")
+    if agent and "sdk" in summary:
+        out.append(("%%agent first text vs direct SDK", agent["first"]["median"], summary["sdk"]["first"]["median"],
+                    1.1))
+    if agent and "v2" in summary:
+        out.append(("%load_ext relay_jupyter vs jupyter_ai_magics", agent["load"]["median"],
+                    summary["v2"]["load"]["median"], 0.25))
+    if agent:
+        out.append(("%%agent iopub bytes vs the answer's bytes", agent["bytes"]["median"],
+                    float(len(ANSWER.encode())), 3.0))
+    return out
+
+
+def measure(rounds: int, selected: list[str], log=print, warmup: bool = True) -> tuple[dict[str, Any], Results]:
+    """Run the benchmark; returns (summary, raw results)."""
+    results = Results()
+    with tempfile.TemporaryDirectory(prefix="relay-peer-bench-") as tmp:
+        bench = Bench(selected, Path(tmp), log=log)
+        try:
+            async def main() -> None:
+                if warmup:
+                    log("warm-up (load cells only, not counted)")
+                    await bench.warm()
+                for i in range(rounds):
+                    log(f"round {i + 1}/{rounds}")
+                    await bench.round(i, results)
+
+            asyncio.run(main())
+        finally:
+            bench.close()
+    return summarize(results), results
+
+
+def run(report) -> None:
+    """For ``benchmarks/run.py``-style reporting: two rounds, the issue's three targets."""
+    summary, _ = measure(2, list(VARIANTS), log=lambda *_: None)
+    for name, value, baseline, target in targets(summary):
+        unit = "B" if "bytes" in name else "s"
+        report(name, value, baseline, unit, target=target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up of each kernel")
+    parser.add_argument("--json", type=Path, help="also write the summary and failures as JSON")
+    args = parser.parse_args(argv)
+    selected = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(selected) - set(VARIANTS)
+    if unknown or not selected or args.rounds < 1:
+        parser.error(f"--variants takes some of {','.join(VARIANTS)}; --rounds >= 1")
+    print(f"answer: {len(ANSWER.split())} tokens, {len(ANSWER.encode())} bytes; model {MODEL}", flush=True)
+    summary, results = measure(args.rounds, selected, log=lambda *a: print(*a, flush=True),
+                               warmup=not args.no_warmup)
+    print()
+    print(table(summary))
+    print()
+    for name, value, baseline, target in targets(summary):
+        ratio = value / baseline if baseline else float("inf")
+        print(f"target: {name}: {value:.4g} / {baseline:.4g} = {ratio:.2f}× (max {target}×) "
+              f"{'ok' if ratio <= target else 'MISSED'}")
+    for name, problems in results.failures.items():
+        if problems:
+            print(f"FAILED {LABELS[name]}: {len(problems)} of {args.rounds} rounds; first: {problems[0][:500]}")
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "failures": results.failures,
+                                         "answer_bytes": len(ANSWER.encode())}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
