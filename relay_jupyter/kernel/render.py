@@ -82,6 +82,7 @@ class StreamView:
         self.dirty = False
         self.updates = 0                      # number of outputs sent (shows + updates), for tests/benchmarks
         self.answer: list[str] = []           # the plain answer (raw model text), for the caller
+        self.pending: list[str] = []          # finished, escaped blocks not yet sent
         self._timer: asyncio.TimerHandle | None = None
         self._schedule = schedule
         self._streaming = not isinstance(self.sink, TextSink)
@@ -95,8 +96,9 @@ class StreamView:
         if not self._streaming:
             self._print_raw(delta)
             return
-        for block in self.segmenter.feed(delta):
-            self._freeze(escape_markdown(block))
+        # finished blocks wait for the next flush and go out together as one output, so a fast
+        # stream of short paragraphs still sends at most ~2 messages per interval
+        self.pending.extend(escape_markdown(block) for block in self.segmenter.feed(delta))
         self.dirty = True
         self._maybe_flush()
 
@@ -169,8 +171,14 @@ class StreamView:
         if not self.dirty:
             return
         self.dirty = False
+        self._flush_pending()
         self.last_update = self.clock()
         self._send_live(self._render_live())
+
+    def _flush_pending(self) -> None:
+        if self.pending:
+            self._freeze("\n\n".join(self.pending))
+            self.pending.clear()
 
     # ------------------------------------------------------------------ structure
     def pause(self) -> None:
@@ -179,7 +187,9 @@ class StreamView:
             return
         rest = self.segmenter.finish()
         if rest.strip():
-            self._freeze(escape_markdown(rest))
+            self.pending.append(escape_markdown(rest))
+        if self.pending:
+            self._flush_pending()
         elif self.live is not None:
             # only an indicator was showing: clear it, the next text opens a new live output below
             self.sink.update("", self.live)
@@ -206,7 +216,8 @@ class StreamView:
         if self._streaming:
             rest = self.segmenter.finish()
             if rest.strip():
-                self._freeze(escape_markdown(rest))
+                self.pending.append(escape_markdown(rest))
+            self._flush_pending()
             if self.live is not None:
                 self.sink.update(footer, self.live)
                 self.live = None
