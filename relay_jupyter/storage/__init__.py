@@ -11,4 +11,4 @@ from .errors import SchemaError, StoreError
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sqlite import Store
 
-__all__ = ["Store", "AuditLog", "StoreError", "SchemaError", "SCHEMA_VERSION", "MIGRATIONS"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "AuditLog", "SchemaError", "Store", "StoreError"]

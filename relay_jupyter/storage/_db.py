@@ -15,12 +15,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from .errors import StoreError
 from .schema import migrate
 
-__all__ = ["Database", "dumps", "check_text", "check_amount"]
+__all__ = ["Database", "check_amount", "check_text", "dumps"]
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -35,19 +35,22 @@ def dumps(value: Any) -> str:
 
 
 def check_text(name: str, value: Any, *, optional: bool = False) -> None:
-    """Raise ``ValueError`` unless ``value`` is a non-empty string (or None when ``optional``)."""
+    """Raise ``TypeError`` unless ``value`` is a string (or None when ``optional``), ``ValueError`` when
+    it is empty or holds a NUL."""
     if value is None and optional:
         return
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty string, got {type(value).__name__}")
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
     if "\x00" in value:
         raise ValueError(f"{name} must not contain NUL")
 
 
 def check_amount(name: str, value: Any) -> None:
-    """Raise ``ValueError`` unless ``value`` is a finite number >= 0."""
+    """Raise ``TypeError`` unless ``value`` is a number, ``ValueError`` unless it is finite and >= 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
 
@@ -151,7 +154,7 @@ class Database:
     def closed(self) -> bool:
         return self._conn is None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Self
 
 from ..core.types import AuditRecord
 from .errors import StoreError
@@ -82,15 +82,14 @@ def _seq_of(line: bytes) -> int | None:
 def _last_good(path: Path) -> tuple[int, int]:
     """``(good_end, last_seq)`` of ``path``: where the intact prefix ends and its last ``seq`` (0: none)."""
     try:
-        fh = open(path, "rb")
+        with open(path, "rb") as fh:
+            end = _last_newline_end(fh, os.fstat(fh.fileno()).st_size)
+            for start, line in _reverse_lines(fh, end):
+                seq = _seq_of(line)
+                if seq is not None:
+                    return start + len(line) + 1, seq
     except FileNotFoundError:
-        return 0, 0
-    with fh:
-        end = _last_newline_end(fh, os.fstat(fh.fileno()).st_size)
-        for start, line in _reverse_lines(fh, end):
-            seq = _seq_of(line)
-            if seq is not None:
-                return start + len(line) + 1, seq
+        pass
     return 0, 0
 
 
@@ -260,7 +259,7 @@ class AuditLog:
             self._fd = -1
             os.close(self._lock_fd)
 
-    def __enter__(self) -> AuditLog:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -297,7 +296,9 @@ class AuditLog:
     @staticmethod
     def _records_reverse(path: Path, end: int | None) -> Iterator[AuditRecord]:
         try:
-            fh = open(path, "rb")
+            # not a with-statement around the open: a missing rotated file ends the generator quietly,
+            # while the body's own errors must not be mistaken for that
+            fh = open(path, "rb")  # noqa: SIM115
         except FileNotFoundError:
             return
         with fh:

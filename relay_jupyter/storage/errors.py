@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..core.errors import RelayError
 
-__all__ = ["StoreError", "SchemaError"]
+__all__ = ["SchemaError", "StoreError"]
 
 
 class StoreError(RelayError):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import operator
-from json.encoder import encode_basestring
 from collections.abc import Collection, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 from ..core.types import Event
@@ -50,7 +50,7 @@ def _check_event(type: Any, data: Any, origin: Any, run_id: Any) -> None:
     if "\n" in type or "\r" in type:
         raise ValueError("event type must be one line (it becomes an SSE 'event:' field)")
     if not isinstance(data, dict):
-        raise ValueError(f"event data must be a dict, got {data.__class__.__name__}")
+        raise TypeError(f"event data must be a dict, got {data.__class__.__name__}")
     check_text("event origin", origin, optional=True)
     check_text("event run_id", run_id, optional=True)
 
@@ -71,18 +71,18 @@ class EventsMixin(Database):
 
     def append_event(self, type: str, data: dict[str, Any], *, origin: str | None = None,
                      run_id: str | None = None) -> Event:
-        """Append one event; returns it with its id. Raises ValueError for a malformed event."""
+        """Append one event; returns it with its id. Raises TypeError / ValueError for a malformed event."""
         return self.append_events([(type, data, origin, run_id)])[0]
 
     def append_events(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]) -> list[Event]:
         """Append ``(type, data, origin, run_id)`` tuples in one transaction (all or none).
 
-        Raises ValueError when any item is malformed; nothing is written then.
+        Raises TypeError / ValueError when any item is malformed; nothing is written then.
         """
         items = list(items)
         for item in items:
             if not isinstance(item, tuple | list) or len(item) != 4:
-                raise ValueError("each event must be a (type, data, origin, run_id) tuple")
+                raise TypeError("each event must be a (type, data, origin, run_id) tuple")
             _check_event(*item)
         if not items:
             return []

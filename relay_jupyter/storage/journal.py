@@ -15,7 +15,7 @@ from typing import Any
 
 from ._db import Database, check_text, dumps
 
-__all__ = ["JournalMixin", "RUNNING", "INTERRUPTED"]
+__all__ = ["INTERRUPTED", "RUNNING", "JournalMixin"]
 
 RUNNING = "running"
 INTERRUPTED = "interrupted"
@@ -39,7 +39,7 @@ def _call(row: tuple[Any, ...]) -> dict[str, Any]:
 
 def _check_dict(name: str, value: Any) -> None:
     if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a dict, got {value.__class__.__name__}")
+        raise TypeError(f"{name} must be a dict, got {value.__class__.__name__}")
 
 
 class JournalMixin(Database):

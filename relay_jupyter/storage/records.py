@@ -8,7 +8,7 @@ from typing import Any
 from ..core.types import Grant, ToolClass
 from ._db import Database, check_amount, check_text, dumps
 
-__all__ = ["GrantsMixin", "ConversationsMixin", "TrustMixin"]
+__all__ = ["ConversationsMixin", "GrantsMixin", "TrustMixin"]
 
 
 class GrantsMixin(Database):
@@ -22,7 +22,7 @@ class GrantsMixin(Database):
     def put_grant(self, grant: Grant) -> None:
         """Insert or replace the grant of ``grant.origin``. Narrowing checks are ``core``'s job."""
         if not isinstance(grant, Grant):
-            raise ValueError(f"put_grant needs a Grant, got {grant.__class__.__name__}")
+            raise TypeError(f"put_grant needs a Grant, got {grant.__class__.__name__}")
         with self.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO grants (origin, body, updated_at) VALUES (?,?,?)",
                          (grant.origin, grant.model_dump_json(), self.now()))
@@ -67,11 +67,11 @@ class ConversationsMixin(Database):
         check_text("conv_id", conv_id)
         check_text("origin", origin)
         if not isinstance(name, str):
-            raise ValueError("name must be a string")
+            raise TypeError("name must be a string")
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise ValueError("messages must be a list of dicts")
+            raise TypeError("messages must be a list of dicts")
         if not isinstance(meta, dict):
-            raise ValueError("meta must be a dict")
+            raise TypeError("meta must be a dict")
         now = self.now()
         with self.transaction() as conn:
             conn.execute(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["SCHEMA_VERSION", "MIGRATIONS", "V1_SQL", "V2_SQL", "schema_version", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "migrate", "schema_version"]
 
 V1_SQL = """
 CREATE TABLE grants (

@@ -22,7 +22,7 @@ from .journal import JournalMixin
 from .paths import data_dir
 from .records import ConversationsMixin, GrantsMixin, TrustMixin
 
-__all__ = ["Store", "DB_NAME"]
+__all__ = ["DB_NAME", "Store"]
 
 DB_NAME = "relay.db"
 

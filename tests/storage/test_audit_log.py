@@ -145,9 +145,8 @@ def test_no_rotation_when_keep_is_zero(log_path: Path) -> None:
 
 
 def test_second_writer_refused(log_path: Path) -> None:
-    with AuditLog(log_path):
-        with pytest.raises(StoreError, match="in use"):
-            AuditLog(log_path)
+    with AuditLog(log_path), pytest.raises(StoreError, match="in use"):
+        AuditLog(log_path)
     with AuditLog(log_path) as log:  # free again after close
         log.append(rec())
 
@@ -216,10 +215,10 @@ def test_interval_fsync_happens_without_more_appends(log_path: Path) -> None:
         real_fsync(fd)
         synced.set()
 
-    with mock.patch("relay_jupyter.storage.audit_log.os.fsync", side_effect=counting):
-        with AuditLog(log_path, fsync_every=1000, fsync_interval=0.02) as log:
-            log.append(rec())
-            assert synced.wait(5.0)
+    with (mock.patch("relay_jupyter.storage.audit_log.os.fsync", side_effect=counting),
+          AuditLog(log_path, fsync_every=1000, fsync_interval=0.02) as log):
+        log.append(rec())
+        assert synced.wait(5.0)
 
 
 def test_failed_write_leaves_no_torn_line(log_path: Path) -> None:
@@ -235,9 +234,9 @@ def test_failed_write_leaves_no_torn_line(log_path: Path) -> None:
 
     with AuditLog(log_path) as log:
         log.append(rec())
-        with mock.patch("relay_jupyter.storage.audit_log.os.write", side_effect=short_then_fail):
-            with pytest.raises(OSError):
-                log.append(rec())
+        with (mock.patch("relay_jupyter.storage.audit_log.os.write", side_effect=short_then_fail),
+              pytest.raises(OSError)):
+            log.append(rec())
         assert log.append(rec()).seq == 2
     assert seqs(log_path) == [1, 2]
     assert len(log_path.read_bytes().split(b"\n")) == 3

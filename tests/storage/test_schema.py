@@ -91,26 +91,24 @@ def test_callable_steps(tmp_path: Path) -> None:
 
 def test_foreign_tables_in_the_same_file_are_left_alone(db_path: Path) -> None:
     """storage/checkpoints.py keeps its own tables in relay.db (CREATE TABLE IF NOT EXISTS)."""
-    with Store.open(db_path) as s:
-        with s.transaction() as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS checkpoints_test (id INTEGER PRIMARY KEY, v TEXT)")
-            conn.execute("INSERT INTO checkpoints_test (v) VALUES ('kept')")
+    with Store.open(db_path) as s, s.transaction() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS checkpoints_test (id INTEGER PRIMARY KEY, v TEXT)")
+        conn.execute("INSERT INTO checkpoints_test (v) VALUES ('kept')")
     other = sqlite3.connect(db_path)  # a second connection, as another module would open
     other.execute("CREATE TABLE IF NOT EXISTS checkpoints_test (id INTEGER PRIMARY KEY, v TEXT)")
     other.close()
-    with Store.open(db_path) as s:
-        with s.snapshot() as conn:
-            assert conn.execute("SELECT v FROM checkpoints_test").fetchall() == [("kept",)]
+    with Store.open(db_path) as s, s.snapshot() as conn:
+        assert conn.execute("SELECT v FROM checkpoints_test").fetchall() == [("kept",)]
 
 
 def test_concurrent_first_opens_migrate_once(db_path: Path) -> None:
-    errors: list[BaseException] = []
+    errors: list[Exception] = []
     stores: list[Store] = []
 
     def opener() -> None:
         try:
             stores.append(Store.open(db_path))
-        except BaseException as exc:  # pragma: no cover - reported below
+        except Exception as exc:  # noqa: BLE001 - collected and asserted empty below
             errors.append(exc)
 
     threads = [threading.Thread(target=opener) for _ in range(4)]

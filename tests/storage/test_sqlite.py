@@ -103,7 +103,7 @@ def test_grants_round_trip(store: Store) -> None:
 
 
 def test_put_grant_needs_a_grant(store: Store) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         store.put_grant({"origin": "o"})  # type: ignore[arg-type]
 
 
@@ -117,10 +117,11 @@ def test_ledger_adds_up(store: Store) -> None:
     assert store.usage("other", "2026-01-01") == (0, 0.0)
 
 
-@pytest.mark.parametrize("tokens,cost", [(-1, 0.0), (0, -0.01), (0, float("nan")), (0, float("inf")),
-                                          ("5", 0.0), (True, 0.0), (None, 0.0)])
-def test_ledger_refuses_bad_amounts(store: Store, tokens: object, cost: object) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("tokens,cost,error", [
+    (-1, 0.0, ValueError), (0, -0.01, ValueError), (0, float("nan"), ValueError), (0, float("inf"), ValueError),
+    ("5", 0.0, TypeError), (True, 0.0, TypeError), (None, 0.0, TypeError)])
+def test_ledger_refuses_bad_amounts(store: Store, tokens: object, cost: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
         store.add_usage("o", "2026-01-01", tokens, cost)  # type: ignore[arg-type]
     assert store.usage("o", "2026-01-01") == (0, 0.0)
 
@@ -163,17 +164,17 @@ def test_conversations_round_trip(store: Store, clock) -> None:
     assert store.load_conversation("c1") is None
 
 
-@pytest.mark.parametrize("args", [
-    ("", "o", "n", [], {}),
-    ("c", None, "n", [], {}),
-    ("c", "o", None, [], {}),
-    ("c", "o", "n", "not a list", {}),
-    ("c", "o", "n", ["not a dict"], {}),
-    ("c", "o", "n", [], []),
-    ("c\x00", "o", "n", [], {}),
+@pytest.mark.parametrize("args,error", [
+    (("", "o", "n", [], {}), ValueError),
+    (("c", None, "n", [], {}), TypeError),
+    (("c", "o", None, [], {}), TypeError),
+    (("c", "o", "n", "not a list", {}), TypeError),
+    (("c", "o", "n", ["not a dict"], {}), TypeError),
+    (("c", "o", "n", [], []), TypeError),
+    (("c\x00", "o", "n", [], {}), ValueError),
 ])
-def test_save_conversation_refuses_bad_input(store: Store, args: tuple) -> None:
-    with pytest.raises(ValueError):
+def test_save_conversation_refuses_bad_input(store: Store, args: tuple, error: type[Exception]) -> None:
+    with pytest.raises(error):
         store.save_conversation(*args)
     assert store.list_conversations() == []
 
@@ -224,17 +225,15 @@ def test_pin_refuses_unknown_class(store: Store) -> None:
 
 def test_pin_table_refuses_a_smuggled_class(store: Store) -> None:
     """Even a direct SQL write cannot store a class outside read|contained|write."""
-    with pytest.raises(sqlite3.IntegrityError):
-        with store.transaction() as conn:
-            conn.execute("INSERT INTO pins VALUES ('t', 'd', 'trusted', 0)")
+    with pytest.raises(sqlite3.IntegrityError), store.transaction() as conn:
+        conn.execute("INSERT INTO pins VALUES ('t', 'd', 'trusted', 0)")
     assert store.list_pins() == []
 
 
 def test_transaction_rolls_back_on_error(store: Store) -> None:
-    with pytest.raises(RuntimeError):
-        with store.transaction() as conn:
-            conn.execute("INSERT INTO trust VALUES ('o', 't', 'd', 0)")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), store.transaction() as conn:
+        conn.execute("INSERT INTO trust VALUES ('o', 't', 'd', 0)")
+        raise RuntimeError("boom")
     assert store.list_trust() == []
     store.add_trust("o", "t", "d")  # the connection is still usable
     assert store.has_trust("o", "t", "d")
