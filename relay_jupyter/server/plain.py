@@ -55,6 +55,20 @@ class Activity(Protocol):
 
 def refuse(handler: web.RequestHandler, status: int, body: bytes,
            headers: tuple[tuple[str, str], ...] = UNAUTHORIZED_HEADERS) -> None:
+    """Refuse the request with exactly ``status``, ``headers`` and ``body`` (see :func:`answer_exactly`).
+
+    A relay handler may defer the answer until it has read a small request body, so that the
+    connection stays usable (tornado closes a connection answered before its body was read).
+    """
+    defer = getattr(handler, "relay_refuse", None)
+    if defer is not None:
+        defer(status, body, headers)
+    else:
+        answer_exactly(handler, status, body, headers)
+
+
+def answer_exactly(handler: web.RequestHandler, status: int, body: bytes,
+                   headers: tuple[tuple[str, str], ...] = UNAUTHORIZED_HEADERS) -> None:
     """Answer with exactly ``status``, ``headers`` and ``body``: nothing that varies per request or second."""
     handler.clear()
     handler.clear_header("Date")
@@ -76,6 +90,12 @@ class _PlainAuth(web.RequestHandler):
     relay_caller: Caller | None = None
     relay_endpoint = "unknown"
     """The endpoint's name (``rpc``, ``events``, ``healthz``, ...); resolvers read it."""
+    relay_refused = False
+
+    def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
+        """Refuse now (bodiless endpoints)."""
+        self.relay_refused = True
+        answer_exactly(self, status, body, headers)
 
     async def prepare(self) -> None:
         activity = self.settings.get("relay_activity")
@@ -85,7 +105,7 @@ class _PlainAuth(web.RequestHandler):
         caller = resolve(self)
         if inspect.isawaitable(caller):
             caller = await caller
-        if self._finished:  # the resolver answered (cooldown, bad request)
+        if self.relay_refused:  # the resolver answered (cooldown, bad request)
             return
         if caller is None:
             refuse(self, 401, UNAUTHORIZED_BODY)
@@ -124,13 +144,33 @@ class _PlainAuth(web.RequestHandler):
 @web.stream_request_body
 class PlainRpcHandler(_PlainAuth, RpcEndpoint):
     relay_endpoint = "rpc"
+    _relay_refusal: tuple[int, bytes, tuple[tuple[str, str], ...]] | None = None
+
+    def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
+        """Refuse after the (small, declared-length) body has been read and dropped, so the
+        keep-alive connection stays usable; refuse at once when the body is large or chunked."""
+        self.relay_refused = True
+        length = self.request.headers.get("Content-Length", "")
+        if (self.request.method == "POST" and length.isascii() and length.isdigit() and int(length) <= self.relay_broker.config.max_body_bytes
+                and "Transfer-Encoding" not in self.request.headers):
+            self._relay_refusal = (status, body, headers)
+            return
+        answer_exactly(self, status, body, headers)
 
     async def prepare(self) -> None:
         await super().prepare()
-        if not self._finished:
+        if not self.relay_refused:
             self.relay_prepare_body()
 
+    def data_received(self, chunk: bytes) -> None:
+        if self.relay_refused:
+            return  # never buffer an unauthenticated body
+        super().data_received(chunk)
+
     async def post(self) -> None:
+        if self._relay_refusal is not None:
+            answer_exactly(self, *self._relay_refusal)
+            return
         await self.relay_post()
 
 
@@ -171,7 +211,7 @@ class PlainNotFoundHandler(_PlainAuth):
 
     async def prepare(self) -> None:
         await super().prepare()
-        if not self._finished:
+        if not self.relay_refused:
             raise web.HTTPError(404)
 
 

@@ -1,0 +1,82 @@
+"""``jupyter relay serve``: run the broker as a standalone daemon (see :mod:`relay_jupyter.server.daemon`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..broker.config import BrokerConfig
+from ..core.errors import Code, ConfigRefusal
+from ..server.daemon import DaemonOptions, parse_listen, run
+
+__all__ = ["broker_config", "register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``serve`` to ``jupyter relay``."""
+    p = subparsers.add_parser(
+        "serve", help="run the broker as a standalone daemon (Unix socket or TCP with a bearer token)",
+        description="Serve the relay endpoints (/relay/rpc, /relay/events, /relay/healthz, /relay/readyz, "
+                    "/relay/metrics) outside Jupyter. Stop it with `jupyter relay stop` or Ctrl-C.")
+    p.add_argument("--listen", metavar="ADDRESS",
+                   help="unix:///absolute/path.sock (default: <jupyter runtime dir>/relay/relay.sock) or "
+                        "tcp://127.0.0.1:PORT (port 0 picks a free one; see `jupyter relay status`)")
+    p.add_argument("--unauthenticated-metrics", action="store_true",
+                   help="TCP: let healthz, readyz and metrics answer without the token (for Prometheus)")
+    p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                   help="exit after this many seconds with no active runs and no requests")
+    p.add_argument("--data-dir", metavar="PATH",
+                   help="store, audit, token and logs (default: <jupyter data dir>/relay)")
+    p.add_argument("--config", metavar="FILE",
+                   help="JSON object of broker settings (the c.RelayApp.* names: consent_timeout, "
+                        "anthropic_base_url, mcp_config_path, pricing, ...)")
+    p.add_argument("--consent-timeout", type=float, metavar="SECONDS",
+                   help="seconds a permission request waits before it is denied (default 300)")
+    p.add_argument("--mcp-config", metavar="PATH", help="mcp.json with the MCP servers to connect")
+    p.add_argument("--secrets-file", metavar="PATH", help="a 0600 file holding API keys")
+    p.set_defaults(func=_cmd_serve)
+
+
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """The broker settings from ``--config`` overlaid with the individual flags.
+
+    Raises:
+        ConfigRefusal: CONFIG_INVALID naming the file or the first bad setting.
+    """
+    values: dict[str, Any] = {}
+    if args.config:
+        try:
+            values = json.loads(Path(args.config).read_text())
+        except OSError as exc:
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"cannot read {args.config}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.config} is not valid JSON: {exc}") from None
+        if not isinstance(values, dict):
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.config} must hold a JSON object of settings")
+    for flag, key in (("data_dir", "data_dir"), ("consent_timeout", "consent_timeout"),
+                      ("mcp_config", "mcp_config_path"), ("secrets_file", "secrets_file")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            values[key] = value
+    try:
+        return BrokerConfig.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"broker setting {where}: {first['msg']}") from None
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.idle_timeout is not None and not args.idle_timeout > 0:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--idle-timeout must be a positive number of seconds")
+    listen = parse_listen(args.listen)
+    if args.unauthenticated_metrics and listen.kind == "unix":
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--unauthenticated-metrics applies to tcp:// only "
+                                                 "(the Unix socket needs no token)")
+    options = DaemonOptions(listen=listen, config=broker_config(args),
+                            unauthenticated_metrics=args.unauthenticated_metrics, idle_timeout=args.idle_timeout)
+    return run(options)

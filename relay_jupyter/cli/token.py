@@ -1,0 +1,47 @@
+"""``jupyter relay token rotate | path``: the standalone daemon's TCP bearer token.
+
+The token lives in ``<data dir>/daemon_token`` (0600). ``rotate`` replaces it atomically; a running
+daemon notices within a second, refuses the old token from then on and closes event streams
+opened with it. The token is never printed: clients read the file (or ``RELAY_TOKEN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..server.daemon_auth import rotate_token, token_path
+from ..storage.paths import data_dir, ensure_private_dir
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``token`` command group to ``jupyter relay``."""
+    p = subparsers.add_parser("token", help="rotate or locate the daemon's TCP bearer token",
+                              description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = p.add_subparsers(dest="token_command", metavar="ACTION")
+    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", metavar="PATH", help="default: <jupyter data dir>/relay")
+    r = sub.add_parser("rotate", parents=[common], help="replace the token (clients with the old one get 401)")
+    r.set_defaults(func=_cmd_rotate)
+    w = sub.add_parser("path", parents=[common], help="print where the token file is")
+    w.set_defaults(func=_cmd_path)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return ensure_private_dir(Path(args.data_dir)) if args.data_dir else data_dir()
+
+
+def _cmd_rotate(args: argparse.Namespace) -> int:
+    path = token_path(_root(args))
+    rotate_token(path)
+    print(f"rotated the daemon token in {path}; clients must read it again")
+    return 0
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    print(token_path(_root(args)))
+    return 0
