@@ -56,10 +56,17 @@ def check_amount(name: str, value: Any) -> None:
 
 
 def _create_private(path: Path) -> None:
-    """Create the file 0600 before SQLite opens it; SQLite gives -wal and -shm the same mode."""
+    """Create the file 0600 before SQLite opens it; SQLite gives new -wal and -shm files the same mode.
+
+    Existing files are tightened too: another module's connection may have created them first.
+    """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     os.close(fd)
-    os.chmod(path, 0o600)
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            os.chmod(p, 0o600)
+        except FileNotFoundError:
+            pass
 
 
 class Database:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 
@@ -122,3 +124,34 @@ def test_concurrent_first_opens_migrate_once(db_path: Path) -> None:
     finally:
         for s in stores:
             s.close()
+
+
+@pytest.mark.parametrize("checkpoints_first", [True, False])
+def test_shares_the_file_with_the_checkpoint_journal(db_path: Path, checkpoints_first: bool) -> None:
+    """storage/checkpoints.py opens the same file through its own connection, in either order."""
+    from relay_jupyter.storage.checkpoints import CheckpointJournal
+
+    old = os.umask(0o022)
+    try:
+        if checkpoints_first:
+            journal = CheckpointJournal(db_path)
+            store = Store.open(db_path)
+        else:
+            store = Store.open(db_path)
+            journal = CheckpointJournal(db_path)
+    finally:
+        os.umask(old)
+    try:
+        journal.prepare(origin="o", conversation="c", run_id="r", target="a.txt", pre_image=b"x",
+                        pending_sha256="0" * 64)
+        store.append_events([("t", {}, None, None)] * 3)
+        store.run_started("r", "o", "c", {})
+        assert [c.target for c in journal.list()] == ["a.txt"]
+        assert store.last_event_id() == 3
+        for name in ("relay.db", "relay.db-wal", "relay.db-shm"):
+            assert stat.S_IMODE(os.stat(db_path.parent / name).st_mode) == 0o600, name
+    finally:
+        journal.close()
+        store.close()
+    with Store.open(db_path) as again:
+        assert again.last_event_id() == 3 and again.unfinished_runs() == ["r"]
