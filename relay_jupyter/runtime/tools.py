@@ -209,13 +209,16 @@ class McpToolsProvider:
         return list(self._registry.specs())
 
     async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """No local preflight for MCP tools; their class comes from the registry."""
-        return Preflight()
+        """Record the digest of the tool as it is now: the consent is for exactly this tool, and
+        :meth:`call` refuses (DIGEST_MISMATCH) if the server changed it while the card was open."""
+        spec = self._registry.spec(name)
+        return Preflight(preview={"tool_digest": spec.digest} if spec is not None else {})
 
     async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                    approved_preview: dict[str, Any]) -> ToolResult:
         """Call the tool on its server (timeouts and output caps are the registry's)."""
-        return as_result(await self._registry.call(name, args))
+        digest = approved_preview.get("tool_digest")
+        return as_result(await self._registry.call(name, args, expected_digest=digest))
 
 
 class ToolIndex:
