@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
 from .base import Stop, TextDelta, ToolCallDone, TurnEvent, UsageEvent
 
-__all__ = ["DemoBackend", "DEMO_MODEL", "DEMO_NOTICE"]
+__all__ = ["DEMO_MODEL", "DEMO_NOTICE", "DemoBackend"]
 
 DEMO_MODEL = "demo"
 DEMO_NOTICE = (
@@ -102,7 +103,9 @@ class DemoBackend:
                 if self.delay:
                     await asyncio.sleep(self.delay)
         for n, (name, args) in enumerate(calls):
-            yield ToolCallDone(id=f"demo_{step}_{n}", name=name, input=args,
+            # unique per call, as the real APIs' ids are: the context pipeline pairs each result with its
+            # call by id, so an id reused by a later run of the same conversation would lose its result
+            yield ToolCallDone(id=f"demo_{step}_{n}_{secrets.token_hex(6)}", name=name, input=args,
                                raw_size=len(json.dumps(args)))
         prompt_tokens = sum(len(json.dumps(m.get("content", ""))) for m in messages) // 4 + len(system) // 4
         yield UsageEvent(TokenUsage(input_tokens=prompt_tokens, output_tokens=max(1, len(text) // 4)))
@@ -129,8 +132,8 @@ class DemoBackend:
 
     @staticmethod
     def _missing(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-        return (f"I would use the `{name}` tool here, but this notebook's grant does not include it. "
-                f"Grant it on the connect card or with `relay.connect(...)`.\n\n{DEMO_NOTICE}", [])
+        return ((f"I would use the `{name}` tool here, but this notebook's grant does not include it. "
+                f"Grant it on the connect card or with `relay.connect([...])`.\n\n{DEMO_NOTICE}"), [])
 
     @staticmethod
     def _outcome(results: list[dict[str, Any]]) -> tuple[bool, str]:
@@ -161,8 +164,8 @@ class DemoBackend:
             return (f"Describing the DataFrame failed: {body[:200]}\n\n{DEMO_NOTICE}", [])
         first = body.strip().splitlines()[:6]
         summary = "\n".join(f"    {line[:100]}" for line in first)
-        return ("Here is what the kernel reported (a real model would interpret it):\n\n"
-                f"{summary}\n\n{DEMO_NOTICE}", [])
+        return (("Here is what the kernel reported (a real model would interpret it):\n\n"
+                f"{summary}\n\n{DEMO_NOTICE}"), [])
 
     def _scratch(self, step, results, tools):
         write, edit, push = _find(tools, "scratch_write"), _find(tools, "scratch_edit"), _find(tools, "scratch_push")
@@ -184,10 +187,11 @@ class DemoBackend:
         if step == 2:
             if not push:
                 return self._missing("scratch_push")
-            return ("The diff above is what changed. Now I ask to write it into your project as "
-                    "`clean.py`: that is a write, so you decide.",
+            return (("The edit came back as a unified diff. Now I ask to write the file into your project as "
+                    "`clean.py`: that is a write, so you decide (the card shows the diff against the target)."),
                     [(push, {"path": "clean.py", "target": "clean.py"})])
-        return ("Written. You can revert it from `relay.checkpoints()`.\n\n" + DEMO_NOTICE, [])
+        return ("Written. `relay.checkpoints()` lists the push and `relay.revert(id)` undoes it.\n\n"
+                + DEMO_NOTICE, [])
 
     def _time(self, step, results, tools):
         clock = _find(tools, "get_current_time")

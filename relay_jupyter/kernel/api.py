@@ -6,6 +6,9 @@
 - ``relay.run(run_id)``: one run's steps, tool calls, decisions and timings.
 - ``relay.diff(path)``: the diff viewer for a workspace file against its target in the Jupyter root;
   ``relay.diff(old_text, new_text)`` for two strings.
+- ``relay.connect(tools, ...)``: grant this notebook tools, models and a budget from code (the
+  connect card's click, for headless runs: code the user runs in the kernel is the user).
+- ``relay.checkpoints()`` / ``relay.revert(checkpoint_id)``: pushes into the Jupyter root, and undoing them.
 
 These are ordinary (synchronous) calls from a cell. A cell's code runs while the kernel's own
 event loop is busy running that cell, so each call runs its short RPC on a private loop in a worker
@@ -48,7 +51,8 @@ class Relay:
         self._session = session
 
     def __repr__(self) -> str:
-        return "relay: grants() budget() audit() runs() run(run_id) diff(path)"
+        return ("relay: connect(tools) grants() budget() audit() runs() run(run_id) diff(path) checkpoints() "
+                "revert(checkpoint_id)")
 
     def _call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         async def go() -> Any:
@@ -66,6 +70,40 @@ class Relay:
         client = await self._session.get_client()
         await client.call(Method.GRANTS_REVOKE, {"origin": origin})
         self._session.connected_origin = False
+
+    def connect(self, tools: list[str] | tuple[str, ...], *, models: list[str] | tuple[str, ...] = ("*",),
+                budget: dict[str, Any] | None = None, expires_in: float | None = None) -> dict[str, Any]:
+        """Grant this notebook ``tools`` and ``models`` with ``budget`` limits (keys of the broker's Budget:
+        ``tokens_per_day``, ``cost_per_day_usd``, ``requests_per_minute``, ``max_steps_per_run``,
+        ``max_tokens_per_run``; None = no limit). What a Connect click does, for notebooks without a
+        person (nbval, CI). Each call is a fresh consent and replaces the notebook's grant. Returns the grant.
+
+        Raises:
+            RpcError: the broker refused (bad tool or budget values).
+        """
+        params: dict[str, Any] = {"tools": list(tools), "models": list(models)}
+        if budget is not None:
+            params["budget"] = dict(budget)
+        if expires_in is not None:
+            params["expires_in"] = float(expires_in)
+        result = self._call(Method.GRANTS_CREATE, params)
+        self._session.connected_origin = True
+        grant = result.get("grant", result) if isinstance(result, dict) else {}
+        return grant if isinstance(grant, dict) else {}
+
+    def checkpoints(self, n: int = 100) -> Any:
+        """This notebook's pushes into the Jupyter root (newest first) as a pandas DataFrame: id, target,
+        state (``applied``, ``reverted``, ...), digests, times."""
+        import pandas as pd
+
+        return pd.DataFrame(_rows(self._call(Method.CHECKPOINTS_LIST, {"limit": int(n)}), "checkpoints"))
+
+    def revert(self, checkpoint_id: str) -> dict[str, Any]:
+        """Undo a push (and every later push of this notebook, newest first). Each step checks that the
+        live file still equals what was pushed, and stops there otherwise. Returns
+        ``{reverted, stopped_at, reason, complete}``."""
+        result = self._call(Method.CHECKPOINTS_REVERT, {"id": str(checkpoint_id)})
+        return result if isinstance(result, dict) else {}
 
     def grants(self) -> None:
         """Show this notebook's grants with a Revoke button each."""

@@ -73,3 +73,83 @@ async def test_dataframe_script_uses_the_listed_name():
 async def test_a_tool_outside_the_grant_is_named_not_called():
     text, calls, _ = await turn([user("what time is it")], tools=[])
     assert calls == [] and "time__get_current_time" in text and "[demo]" in text
+
+
+@pytest.mark.asyncio
+async def test_call_ids_are_unique_across_runs_of_one_conversation():
+    # a later run of the same conversation repeats step 0; a reused id would pair with the old result
+    _, first, _ = await turn([user("describe my dataframes")])
+    _, second, _ = await turn([user("describe my dataframes")])
+    assert first[0].id != second[0].id
+
+
+@pytest.mark.asyncio
+async def test_every_text_of_every_script_says_demo():
+    prompts = ["hello", "describe my dataframes", "write a cleaning script to a file", "what time is it",
+               "propose a code cell"]
+    for prompt in prompts:
+        history = [user(prompt)]
+        for _ in range(5):
+            text, calls, stop = await turn(history)
+            assert text.startswith("**[demo]**"), (prompt, text)
+            if stop == "end_turn":
+                assert "demo" in text and ("ANTHROPIC_API_KEY" in text or "connect" in text), (prompt, text)
+                break
+            history += [assistant_call(calls[0]), result(calls[0], "sales: DataFrame shape=(2, 2)")]
+        else:
+            raise AssertionError(f"{prompt!r} never ended")
+
+
+# -- the broker picks the demo only when nothing real is configured (broker/assembly.py) ------------
+
+def _assembled(tmp_path, monkeypatch, **config):
+    from relay_jupyter.broker.assembly import install_components
+    from relay_jupyter.broker.broker import Broker
+    from relay_jupyter.broker.config import BrokerConfig
+
+    for name in ("ANTHROPIC_API_KEY", "RELAY_ANTHROPIC_API_KEY", "OPENAI_API_KEY", "RELAY_OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    broker = Broker.open(BrokerConfig(in_memory=True, **config))
+    install_components(broker, jupyter_root=tmp_path)
+    return broker
+
+
+def test_without_a_backend_the_demo_is_installed_and_is_the_default(tmp_path, monkeypatch):
+    broker = _assembled(tmp_path, monkeypatch)
+    try:
+        assert set(broker.runs.backends) == {"demo"}
+        assert broker.config.default_backend == "demo" and broker.config.default_model == DEMO_MODEL
+    finally:
+        broker.close()
+
+
+def test_with_an_anthropic_key_the_demo_is_not_installed(tmp_path, monkeypatch):
+    broker = _assembled(tmp_path, monkeypatch, anthropic_api_key="sk-ant-test-not-real")
+    try:
+        assert "demo" not in broker.runs.backends and "anthropic" in broker.runs.backends
+        assert broker.config.default_backend == "anthropic"
+    finally:
+        broker.close()
+
+
+def test_with_a_key_in_the_server_environment_the_demo_is_not_installed(tmp_path, monkeypatch):
+    from relay_jupyter.broker.assembly import install_components
+    from relay_jupyter.broker.broker import Broker
+    from relay_jupyter.broker.config import BrokerConfig
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-real")
+    broker = Broker.open(BrokerConfig(in_memory=True))
+    try:
+        install_components(broker, jupyter_root=tmp_path)
+        assert "demo" not in broker.runs.backends
+    finally:
+        broker.close()
+
+
+def test_with_a_local_openai_server_the_demo_is_not_installed(tmp_path, monkeypatch):
+    broker = _assembled(tmp_path, monkeypatch, openai_base_url="http://127.0.0.1:9/v1",
+                        default_backend="openai")
+    try:
+        assert set(broker.runs.backends) == {"openai"} and broker.config.default_backend == "openai"
+    finally:
+        broker.close()
