@@ -34,15 +34,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers.fake import ANSWER, API_KEY, MARKER, MODEL, PROMPT, PacedFake  # noqa: E402
-from peers.kernels import CellRun, Kernel, write_kernelspec  # noqa: E402
-from peers.relay_server import RelayServer  # noqa: E402
-from peers.venvs import PEERS, ensure  # noqa: E402
+from peers.fake import ANSWER, API_KEY, MARKER, MODEL, PROMPT, V2_MODEL, PacedFake
+from peers.kernels import CellRun, Kernel, write_kernelspec
+from peers.relay_server import RelayServer
+from peers.venvs import PEERS, ensure
 
 VARIANTS = ("sdk", "agent", "v2", "v3")
 LABELS = {"sdk": "direct SDK stream", "agent": "relay %%agent", "v2": "jupyter-ai 2.x %%ai",
           "v3": "jupyter-ai 3.x %%ai"}
-METRICS = (("load", "load (s)"), ("first", "first text (s)"), ("cell", "cell done (s)"),
+METRICS = (("load", "load (s)"), ("request", "request at model (s)"), ("first", "first text (s)"),
+           ("cell", "cell done (s)"),
            ("outputs", "iopub outputs"), ("bytes", "iopub bytes"))
 
 
@@ -58,6 +59,8 @@ class Variant:
 @dataclass
 class Sample:
     load: float
+    request: float
+    """Cell sent -> the model request reached the fake (what happens before the model is asked)."""
     first: float
     cell: float
     outputs: int
@@ -68,6 +71,8 @@ class Sample:
 class Results:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
     failures: dict[str, list[str]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    cold: dict[str, float | None] | None = None
+    """The agent's first run after the server started (warm-up, not in the table)."""
 
 
 def variants(base_url: str) -> dict[str, Variant]:
@@ -80,9 +85,12 @@ def variants(base_url: str) -> dict[str, Variant]:
         "        print(text, end='', flush=True)\n")
     return {
         "sdk": Variant("sdk", "import anthropic", sdk_cell, kernelspec="relay-bench-ours"),
-        "agent": Variant("agent", "%load_ext relay_jupyter", f"%%agent --model {MODEL}\n{PROMPT}"),
+        # --new: a fresh conversation per cell. Without it the kernel names its conversation "default",
+        # and the broker refuses a second notebook's "default" (conversation ids are not per origin):
+        # every round after the first would fail with NOT_FOUND (reported; see benchmarks/README.md)
+        "agent": Variant("agent", "%load_ext relay_jupyter", f"%%agent --new --model {MODEL}\n{PROMPT}"),
         "v2": Variant("v2", f"%load_ext {PEERS['v2'].extension}",
-                      f'%%ai anthropic-chat:{MODEL} -m {{"base_url":"{base_url}"}}\n{PROMPT}',
+                      f'%%ai anthropic-chat:{V2_MODEL} -m {{"base_url":"{base_url}"}}\n{PROMPT}',
                       kernelspec="relay-bench-v2"),
         "v3": Variant("v3", f"%load_ext {PEERS['v3'].extension}",
                       f"%%ai anthropic/{MODEL} --api-base {base_url}\n{PROMPT}", kernelspec="relay-bench-v3"),
@@ -135,14 +143,26 @@ class Bench:
         session_id, _, connection = await asyncio.to_thread(self.server.open_notebook, f"bench-{self.counter}.ipynb")
         return await Kernel.attach(connection), session_id
 
-    async def once(self, name: str, *, answer: bool = True) -> tuple[CellRun, CellRun | None]:
-        """A fresh kernel for ``name``: the load cell, then (when ``answer``) the answer cell."""
+    def model_request_at(self, since: int) -> float | None:
+        """``received_at`` (monotonic) of the first model request after the ``since``-th one."""
+        for record in self.fake.requests[since:]:
+            if record.method == "POST" and record.path.rstrip("/") == "/v1/messages":
+                return record.received_at
+        return None
+
+    async def once(self, name: str, *, answer: bool = True) -> tuple[CellRun, CellRun | None, float | None]:
+        """A fresh kernel for ``name``: the load cell, then (when ``answer``) the answer cell. Returns both
+        cells and the seconds from sending the answer cell to its model request reaching the fake."""
         variant = self.cells[name]
         kernel, session_id = await self._kernel(variant)
         try:
             load = await kernel.execute(variant.load, timeout=120)
-            cell = await kernel.execute(variant.cell, timeout=120) if answer and load.status == "ok" else None
-            return load, cell
+            if not answer or load.status != "ok":
+                return load, None, None
+            seen = len(self.fake.requests)
+            cell = await kernel.execute(variant.cell, timeout=120)
+            at = self.model_request_at(seen)
+            return load, cell, None if at is None else at - cell.sent
         finally:
             await kernel.close()
             if session_id is not None and self.server is not None:
@@ -151,13 +171,18 @@ class Bench:
     async def round(self, index: int, results: Results) -> None:
         k = index % len(self.selected)
         for name in self.selected[k:] + self.selected[:k]:  # rotate: no variant always goes first
-            load, cell = await self.once(name)
+            try:
+                load, cell, request = await self.once(name)
+            except Exception as exc:  # noqa: BLE001 - a kernel that died or hung: record it, measure the rest
+                results.failures[name].append(f"{type(exc).__name__}: {exc}")
+                self.log(f"  round {index + 1} {name}: {type(exc).__name__}: {exc}")
+                continue
             problem = None
             if load.status != "ok":
                 problem = f"load cell failed: {load.error_text()}"
             elif cell is None or cell.status != "ok":
                 problem = f"answer cell failed: {cell.error_text() if cell else '?'}"
-            elif cell.first_containing(MARKER) is None:
+            elif cell.first_containing(MARKER) is None or request is None:
                 problem = f"the answer never appeared: {cell.error_text()}"
             if problem:
                 results.failures[name].append(problem)
@@ -165,18 +190,27 @@ class Bench:
                 continue
             assert cell is not None
             first = cell.first_containing(MARKER)
-            assert first is not None
-            sample = Sample(load.elapsed(), first, cell.elapsed(), len(cell.outputs()), cell.output_bytes())
+            assert first is not None and request is not None
+            sample = Sample(load.elapsed(), request, first, cell.elapsed(), len(cell.outputs()), cell.output_bytes())
             results.samples[name].append(sample)
-            self.log(f"  round {index + 1} {name}: load {sample.load:.3f} s, first text {sample.first:.3f} s, "
+            self.log(f"  round {index + 1} {name}: load {sample.load:.3f} s, model request {sample.request:.3f} s, "
+                     f"first text {sample.first:.3f} s, "
                      f"done {sample.cell:.3f} s, {sample.outputs} outputs, {sample.bytes} B")
 
-    async def warm(self) -> None:
-        """Start each variant's kernel and load cell once, unmeasured (disk caches, bytecode)."""
+    async def warm(self, results: Results) -> None:
+        """Start each variant's kernel and load cell once, unmeasured (disk caches, bytecode). The agent
+        also runs its answer cell once: the broker lives as long as the Jupyter server, so its first run
+        after start (backend client, imports) is a one-time cost, kept as ``results.cold``."""
         for name in self.selected:
-            load, _ = await self.once(name, answer=False)
+            try:
+                load, cell, request = await self.once(name, answer=name == "agent")
+            except Exception as exc:  # noqa: BLE001 - the measured rounds report it again
+                self.log(f"  warm-up {name}: {type(exc).__name__}: {exc}")
+                continue
             if load.status != "ok":
                 self.log(f"  warm-up {name}: load cell failed: {load.error_text()[:300]}")
+            elif cell is not None and cell.status == "ok":
+                results.cold = {"request": request, "first": cell.first_containing(MARKER), "cell": cell.elapsed()}
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -248,8 +282,8 @@ def measure(rounds: int, selected: list[str], log=print, warmup: bool = True) ->
         try:
             async def main() -> None:
                 if warmup:
-                    log("warm-up (load cells only, not counted)")
-                    await bench.warm()
+                    log("warm-up: each kernel and load cell once, the agent's first broker run (not counted)")
+                    await bench.warm(results)
                 for i in range(rounds):
                     log(f"round {i + 1}/{rounds}")
                     await bench.round(i, results)

@@ -15,16 +15,29 @@ from typing import Any
 from relay_jupyter.testing import FakeAnthropic, Reply
 from relay_jupyter.testing.script import count_tokens
 
-__all__ = ["ANSWER", "ANSWER_TOKENS", "FIRST_TOKEN_DELAY", "MARKER", "MODEL", "PacedFake", "PROMPT",
-           "TOKENS_PER_SECOND", "answer_reply"]
+__all__ = [
+    "ANSWER",
+    "ANSWER_TOKENS",
+    "FIRST_TOKEN_DELAY",
+    "MARKER",
+    "MODEL",
+    "PROMPT",
+    "TOKENS_PER_SECOND",
+    "V2_MODEL",
+    "PacedFake",
+    "answer_reply",
+]
 
-MODEL = "claude-3-5-haiku-20241022"
-"""A model id every peer accepts (jupyter-ai 2.x checks ids against its provider's list)."""
+MODEL = "claude-haiku-4-5"
+"""The model id of the SDK, ``%%agent`` and jupyter-ai 3.x cells (3.x accepts only ids litellm lists)."""
+V2_MODEL = "claude-3-5-haiku-20241022"
+"""jupyter-ai 2.x's provider lists older ids only. The fake answers every id the same way."""
 API_KEY = "sk-ant-bench-not-a-real-key"
 PROMPT = "Explain what a Jupyter kernel is, in about 600 words."
 FIRST_TOKEN_DELAY = 0.1
 TOKENS_PER_SECOND = 100.0
 ANSWER_TOKENS = 600
+PARAGRAPH_WORDS = 60
 MARKER = "Zyxwvut"
 """The first word of the answer: the first output message containing it is "first text visible"
 (a placeholder such as a spinner does not count)."""
@@ -34,10 +47,12 @@ _WORDS = ("kernels", "run", "code", "for", "a", "notebook", "and", "send", "resu
 
 
 def _answer_text(tokens: int) -> str:
-    # one token per word (the fake counts `\S+\s*` pieces); plain words, so no renderer escapes anything
+    # one token per word (the fake counts `\S+\s*` pieces); plain words, so no renderer escapes anything;
+    # paragraphs of 60 words, as a real answer of this length has (a renderer may treat a finished
+    # paragraph differently from the one still growing)
     words = [MARKER] + [_WORDS[i % len(_WORDS)] for i in range(tokens - 1)]
-    lines = [" ".join(words[i:i + 15]) for i in range(0, len(words), 15)]
-    return "\n".join(lines) + "\n"
+    paragraphs = [" ".join(words[i:i + PARAGRAPH_WORDS]) + "." for i in range(0, len(words), PARAGRAPH_WORDS)]
+    return "\n\n".join(paragraphs) + "\n"
 
 
 ANSWER = _answer_text(ANSWER_TOKENS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
-__all__ = ["CellRun", "Kernel", "OUTPUT_TYPES", "write_kernelspec"]
+__all__ = ["OUTPUT_TYPES", "CellRun", "Kernel", "write_kernelspec"]
 
 #: iopub message types that put something in the cell's output area
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error",
@@ -119,15 +120,15 @@ class Kernel:
         while True:
             try:
                 await self.client.get_iopub_msg(timeout=0)
-            except Exception:  # queue.Empty from jupyter_client: nothing left
+            except queue.Empty:  # nothing left
                 break
-        sent = time.perf_counter()
+        sent = time.monotonic()
         msg_id = self.client.execute(code, allow_stdin=False, store_history=True)
         run = CellRun(code, sent)
         async with asyncio.timeout(timeout):
             while run.idle is None:
                 msg = await self.client.get_iopub_msg()
-                now = time.perf_counter()
+                now = time.monotonic()
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 run.messages.append((now, msg))

@@ -65,7 +65,7 @@ def ensure(peer: Peer, *, log=print) -> Path:
     # the same interpreter version as ours, so a difference cannot come from Python itself
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(peer.path)], check=True)
     done = subprocess.run([str(peer.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                           *peer.requirements], capture_output=True, text=True)
+                           *peer.requirements], check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"pip could not install peer {peer.name}:\n{done.stdout}\n{done.stderr}")
     (peer.path / _MARKER).write_text("\n".join(peer.requirements))
