@@ -217,18 +217,16 @@ class _Daemon:
             tokens = TokenSource(token_path(root), log=log)
         gate = DaemonGate(listen.kind, tokens=tokens, auth_log=auth_log,
                           unauthenticated_metrics=opts.unauthenticated_metrics)
-        broker = Broker.open(config)
-        server: HTTPServer | None = None
-        sock_path = listen.path if listen.kind == "unix" else None
         state_file = _state_path()
+        bound_path: Path | None = None  # only a socket file we created is ever removed
+        broker: Broker | None = None
+        server: HTTPServer | None = None
         try:
-            app = make_app(broker, gate, activity=gate, scrub=gate.scrub)
+            # bind first: "already listening" is the clearer message when two daemons race
             if listen.kind == "unix":
-                assert sock_path is not None
-                sock = bind_private_unix_socket(sock_path)
-                server = PeerCheckingHTTPServer(app, on_refused=lambda peer: auth_log.event(
-                    "refused", "unix", peer, reason="peer_uid"))
-                server.add_socket(sock)
+                assert listen.path is not None
+                socks = [bind_private_unix_socket(listen.path)]
+                bound_path = listen.path
                 port = None
             else:
                 try:
@@ -236,9 +234,20 @@ class _Daemon:
                 except OSError as exc:
                     raise ConfigRefusal(Code.CONFIG_INVALID,
                                         f"cannot listen on {listen.display()}: {exc.strerror}") from None
-                server = HTTPServer(app)
-                server.add_sockets(socks)
                 port = socks[0].getsockname()[1]
+            try:
+                broker = Broker.open(config)
+            except BaseException:
+                for sock in socks:
+                    sock.close()
+                raise
+            app = make_app(broker, gate, activity=gate, scrub=gate.scrub)
+            if listen.kind == "unix":
+                server = PeerCheckingHTTPServer(app, on_refused=lambda peer: auth_log.event(
+                    "refused", "unix", peer, reason="peer_uid"))
+            else:
+                server = HTTPServer(app)
+            server.add_sockets(socks)
             address = listen.display(port)
             if listen.kind == "tcp" and listen.host not in ("127.0.0.1", "localhost", "::1"):
                 log.warning("listening on %s, which is not loopback: the bearer token travels in clear text; "
@@ -277,8 +286,9 @@ class _Daemon:
                         await server.close_all_connections()
                 except TimeoutError:
                     log.warning("some connections did not close within %.0f s", _SHUTDOWN_GRACE)
-            broker.close()
-            for path in (sock_path, state_file):
+            if broker is not None:
+                broker.close()
+            for path in (bound_path, state_file):
                 if path is not None:
                     try:
                         path.unlink()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -78,6 +79,15 @@ def answer_exactly(handler: web.RequestHandler, status: int, body: bytes,
     handler.finish(body)
 
 
+def _peer(handler: web.RequestHandler) -> str:
+    """The client's address for a log line: its IP, or ``unix`` on a Unix socket (tornado says 0.0.0.0)."""
+    stream = getattr(handler.request.connection, "stream", None)
+    sock = getattr(stream, "socket", None)
+    if sock is not None and sock.family == socket.AF_UNIX:
+        return "unix"
+    return handler.request.remote_ip or "?"
+
+
 def _scrub(handler: web.RequestHandler) -> str:
     scrub = handler.settings.get("relay_scrub")
     path = handler.request.path
@@ -125,7 +135,7 @@ class _PlainAuth(web.RequestHandler):
 
     def _request_summary(self) -> str:
         # tornado's version includes the query string; ours never does
-        return f"{self.request.method} {_scrub(self)} ({self.request.remote_ip})"
+        return f"{self.request.method} {_scrub(self)} ({_peer(self)})"
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         # tornado's version logs repr(request), which carries the full URI
@@ -219,7 +229,7 @@ def _log_request(handler: web.RequestHandler) -> None:
     status = handler.get_status()
     level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
     access_log.log(level, "%d %s %s (%s) %.1fms", status, handler.request.method, _scrub(handler),
-                   handler.request.remote_ip, 1000.0 * handler.request.request_time())
+                   _peer(handler), 1000.0 * handler.request.request_time())
 
 
 def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/relay/",

@@ -7,6 +7,7 @@ socket 0600); ``SO_PEERCRED`` is the second: a connection from another uid is an
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_unix_socket
 
@@ -37,7 +39,9 @@ REFUSED_PEER_RESPONSE = (
     b"Content-Length: " + str(len(_REFUSED_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _REFUSED_BODY
 )
 
-_UNIX_PATH_MAX = 107  # sun_path is 108 bytes on Linux, including the NUL
+_UNIX_PATH_MAX = 107
+_DRAIN_SECONDS = 1.0
+_DRAIN_BYTES = 65536  # sun_path is 108 bytes on Linux, including the NUL
 
 
 def check_socket_dir(path: Path, *, create: bool = True) -> Path:
@@ -157,12 +161,18 @@ class PeerCheckingHTTPServer(HTTPServer):
             return
         if self._on_refused is not None:
             self._on_refused(peer)
-        _refuse(stream)
+        IOLoop.current().add_future(asyncio.ensure_future(_refuse(stream)), lambda _f: None)
 
 
-def _refuse(stream: IOStream) -> None:
+async def _refuse(stream: IOStream) -> None:
+    """Send the 403, then drain briefly before closing: closing a Unix socket with unread data makes
+    the peer's read fail with ECONNRESET before it sees the answer. Bounded in time and bytes."""
     try:
-        fut = stream.write(REFUSED_PEER_RESPONSE)
-    except StreamClosedError:
-        return
-    fut.add_done_callback(lambda _f: stream.close())
+        await stream.write(REFUSED_PEER_RESPONSE)
+        stream.socket.shutdown(socket.SHUT_WR)
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            await stream.read_bytes(_DRAIN_BYTES, partial=True)
+    except (StreamClosedError, OSError, TimeoutError):
+        pass
+    finally:
+        stream.close()
