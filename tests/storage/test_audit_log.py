@@ -240,3 +240,18 @@ def test_failed_write_leaves_no_torn_line(log_path: Path) -> None:
         assert log.append(rec()).seq == 2
     assert seqs(log_path) == [1, 2]
     assert len(log_path.read_bytes().split(b"\n")) == 3
+
+
+def test_with_seq_equals_model_copy() -> None:
+    """The fast copy in append() must be indistinguishable from pydantic's model_copy."""
+    from relay_jupyter.storage.audit_log import _with_seq
+
+    original = rec(3, run_id="r", answered_by="client-1")
+    fast, slow = _with_seq(original, 42), original.model_copy(update={"seq": 42})
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump() and fast.model_dump_json() == slow.model_dump_json()
+    assert fast.model_fields_set == slow.model_fields_set
+    assert type(fast) is AuditRecord and original.seq == 0
+    with pytest.raises(ValueError):  # still frozen
+        fast.seq = 1  # type: ignore[misc]
+    assert AuditRecord.model_validate_json(fast.model_dump_json()) == fast
