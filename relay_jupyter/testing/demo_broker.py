@@ -1,0 +1,226 @@
+"""A private relay broker for one notebook: what the documentation notebooks start when they run
+outside a relay-enabled Jupyter server (nbval, nbclient, CI), or when they need a broker configured
+differently from the server's (an MCP server, a local model).
+
+    from relay_jupyter.testing.demo_broker import NotebookBroker
+
+    broker = NotebookBroker.for_notebook("quickstart")       # a no-op inside relay-enabled Jupyter
+    broker = NotebookBroker(mcp_servers={"time": {...}}).start()  # always its own daemon
+    ...
+    broker.stop()                                            # last cell: stop it, delete its files
+
+Started, it runs ``jupyter relay serve`` (the standalone daemon: the broker stays out of the
+kernel process) on a Unix socket in a fresh private temporary folder that also holds its data
+dir, its Jupyter config/runtime dirs and a ``project`` folder (its Jupyter root: where a push
+lands), and points this kernel at it (``RELAY_URL``; a server-given credential is set aside and
+restored by :meth:`stop`). Model keys are not passed on unless ``keep_keys`` is set, so the demo
+backend answers and the notebook's outputs are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Self
+
+__all__ = ["MODEL_KEY_VARS", "NotebookBroker", "headless"]
+
+#: Environment variables holding model keys; not handed to a private daemon unless ``keep_keys``.
+MODEL_KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "RELAY_ANTHROPIC_API_KEY",
+                  "RELAY_OPENAI_API_KEY")
+_KERNEL_VARS = ("RELAY_URL", "RELAY_KERNEL_CREDENTIAL", "RELAY_TOKEN")
+_START_TIMEOUT = 30.0
+_IDLE_TIMEOUT = 1800  # a safety net: a daemon whose kernel died without stop() exits by itself
+
+
+def headless() -> bool:
+    """True when nobody can click in this cell (nbval, nbclient, papermill, CI): the same test the
+    ``%%agent`` consent uses (``relay_jupyter.kernel.consent.detect_surface``)."""
+    from IPython import get_ipython
+
+    from ..kernel.consent import detect_surface
+
+    return detect_surface(get_ipython()) == "headless"
+
+
+class NotebookBroker:
+    """A standalone relay daemon owned by one notebook (see the module docstring).
+
+    ``config``: extra broker settings (the ``c.RelayApp.*`` names, e.g. ``openai_base_url``,
+    ``default_backend``, ``default_model``, ``consent_timeout``). ``mcp_servers``: the
+    ``mcpServers`` object of an ``mcp.json`` written into the private config dir.
+    """
+
+    def __init__(self, *, config: dict[str, Any] | None = None, mcp_servers: dict[str, Any] | None = None,
+                 keep_keys: bool = False, prefix: str = "relay-nb-") -> None:
+        self.config = dict(config or {})
+        self.mcp_servers = mcp_servers
+        self.keep_keys = keep_keys
+        self.prefix = prefix
+        self.folder: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    # -- choosing ---------------------------------------------------------------------------------
+
+    @classmethod
+    def for_notebook(cls, name: str = "notebook", **kwargs: Any) -> NotebookBroker:
+        """Use the broker of the relay-enabled Jupyter server this kernel runs in (or the daemon
+        ``RELAY_URL`` names); otherwise start a private one. Prints which, in one line."""
+        broker = cls(prefix=f"relay-{name}-"[:40], **kwargs)
+        if os.environ.get("RELAY_KERNEL_CREDENTIAL") or os.environ.get("RELAY_URL"):
+            where = "this Jupyter server" if os.environ.get("RELAY_KERNEL_CREDENTIAL") else "RELAY_URL"
+            print(f"relay: using the broker of {where}")
+            return broker
+        broker.start()
+        print("relay: no relay-enabled Jupyter server here; started a private broker for this notebook "
+              "(stopped by its last cell)")
+        return broker
+
+    # -- paths ------------------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """True while this object's daemon runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def _path(self, *parts: str) -> Path:
+        if self.folder is None:
+            raise RuntimeError("this NotebookBroker was not started")
+        return self.folder.joinpath(*parts)
+
+    @property
+    def socket_path(self) -> Path:
+        return self._path("run", "relay.sock")
+
+    @property
+    def data_dir(self) -> Path:
+        """The broker's data dir (store, audit log, daemon log)."""
+        return self._path("data")
+
+    @property
+    def project(self) -> Path:
+        """The daemon's Jupyter root: ``scratch_push`` writes here."""
+        return self._path("project")
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the daemon's log (what it printed, and its log file)."""
+        out = []
+        for path in (self._path("daemon.out"), self.data_dir / "logs" / "daemon.log"):
+            try:
+                out += path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+        return "\n".join(out[-lines:])
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _KERNEL_VARS}
+        if not self.keep_keys:
+            for name in MODEL_KEY_VARS:
+                env.pop(name, None)
+        env.update(JUPYTER_CONFIG_DIR=str(self._path("config")), JUPYTER_RUNTIME_DIR=str(self._path("runtime")),
+                   JUPYTER_DATA_DIR=str(self._path("jupyter-data")))
+        return env
+
+    def command(self) -> list[str]:
+        """``jupyter relay serve`` with this broker's socket, data dir and settings."""
+        return [sys.executable, "-m", "relay_jupyter.cli", "serve", "--listen", self.url,
+                "--data-dir", str(self.data_dir), "--config", str(self._path("config", "broker.json")),
+                "--idle-timeout", str(_IDLE_TIMEOUT)]
+
+    def start(self) -> NotebookBroker:
+        """Start the daemon, wait for its socket, point this kernel at it. Returns self.
+
+        Raises:
+            RuntimeError: the daemon did not come up (its log tail is in the message).
+        """
+        if self.started:
+            return self
+        # short prefix under the system temp dir: a Unix socket path must stay under ~100 bytes
+        self.folder = Path(tempfile.mkdtemp(prefix=self.prefix))
+        for sub in ("run", "config", "runtime", "jupyter-data", "project"):
+            self._path(sub).mkdir(mode=0o700)
+        settings = dict(self.config)
+        if self.mcp_servers is not None:
+            mcp = self._path("config", "mcp.json")
+            mcp.write_text(json.dumps({"mcpServers": self.mcp_servers}, indent=2))
+            settings.setdefault("mcp_config_path", str(mcp))
+        self._path("config", "broker.json").write_text(json.dumps(settings))
+        with open(self._path("daemon.out"), "wb") as sink:
+            self.process = subprocess.Popen(self.command(), cwd=self.project, env=self._env(),
+                                            stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                            start_new_session=True)
+        atexit.register(self.stop)
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"the private relay broker did not start:\n{tail}")
+            time.sleep(0.05)  # waiting for another process to create its socket: no event to await
+        for name in _KERNEL_VARS:
+            self._saved_env[name] = os.environ.pop(name, None)
+        os.environ["RELAY_URL"] = self.url
+        return self
+
+    def _answers(self) -> bool:
+        path = self.socket_path
+        if not path.exists():
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(0.5)
+        try:
+            probe.connect(str(path))
+            return True
+        except OSError:
+            return False
+        finally:
+            probe.close()
+
+    def stop(self) -> None:
+        """Stop the daemon (SIGTERM, then SIGKILL after 10 s), restore this kernel's environment and
+        delete the temporary folder. Safe to call twice, and a no-op when nothing was started."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        if self._saved_env:
+            if os.environ.get("RELAY_URL") == (self.url if self.folder else None):
+                os.environ.pop("RELAY_URL", None)
+            for name, value in self._saved_env.items():
+                if value is not None:
+                    os.environ[name] = value
+            self._saved_env = {}
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"running at {self.url}" if self.started else "not started"
+        return f"<NotebookBroker {state}>"
