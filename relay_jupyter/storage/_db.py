@@ -81,10 +81,14 @@ class Database:
     @classmethod
     def _connect(cls, path: Path) -> sqlite3.Connection:
         """Open ``path`` in WAL mode and migrate it. Raises StoreError / SchemaError with a clear message."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _create_private(path)
-        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                               timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the relay database {path}: {getattr(exc, 'strerror', None) or exc}",
+                             data={"path": str(path)}) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

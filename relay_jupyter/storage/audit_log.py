@@ -122,8 +122,11 @@ class AuditLog:
         self.path = Path(path)
         self.max_bytes, self.keep = max_bytes, keep
         self._every, self._interval = fsync_every, fsync_interval
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self._sibling(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self._sibling(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot open the audit log {self.path}: {exc.strerror or exc}") from exc
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -134,8 +137,10 @@ class AuditLog:
         try:
             self._seq = self._repair()
             self._fd = self._open_live()
-        except BaseException:
+        except BaseException as exc:
             os.close(self._lock_fd)
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot open the audit log {self.path}: {exc.strerror or exc}") from exc
             raise
         self._size = os.fstat(self._fd).st_size
         self._cond = threading.Condition(threading.Lock())

@@ -255,3 +255,14 @@ def test_with_seq_equals_model_copy() -> None:
     with pytest.raises(ValueError):  # still frozen
         fast.seq = 1  # type: ignore[misc]
     assert AuditRecord.model_validate_json(fast.model_dump_json()) == fast
+
+
+def test_unopenable_path_gives_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match="cannot open the audit log"):
+        AuditLog(tmp_path / "afile" / "audit.jsonl")
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(StoreError, match="cannot open the audit log"):
+        AuditLog(tmp_path / "adir")
+    with AuditLog(tmp_path / "ok.jsonl") as log:  # nothing was left locked or open
+        log.append(rec())

@@ -237,3 +237,12 @@ def test_transaction_rolls_back_on_error(store: Store) -> None:
     assert store.list_trust() == []
     store.add_trust("o", "t", "d")  # the connection is still usable
     assert store.has_trust("o", "t", "d")
+
+
+def test_unopenable_path_gives_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(StoreError, match="cannot open the relay database"):
+        Store.open(tmp_path / "adir")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match="cannot open the relay database"):
+        Store.open(tmp_path / "afile" / "relay.db")
