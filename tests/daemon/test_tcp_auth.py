@@ -58,6 +58,9 @@ def test_good_token_on_every_path_and_connection_usable_after_401(tcp_daemon):
     try:
         status, _, _, _ = conn.request("GET", "/relay/healthz", {"Authorization": "Bearer nope"})
         assert status == 401
+        # a refused POST has its (small) body read and dropped, so the keep-alive connection survives
+        status, _, body, _ = conn.request("POST", "/relay/rpc", {"Authorization": "Bearer nope"}, RPC)
+        assert status == 401 and body == UNAUTHORIZED_BODY
         good = {"Authorization": f"Bearer {tcp_daemon.token()}"}
         for method, path in (("GET", "/relay/healthz"), ("GET", "/relay/readyz"), ("GET", "/relay/metrics")):
             status, _, _, _ = conn.request(method, path, good)
