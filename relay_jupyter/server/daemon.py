@@ -37,6 +37,7 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import PeriodicCallback
 from tornado.netutil import bind_sockets
 
+from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
 from ..broker.config import BrokerConfig
 from ..core.errors import Code, ConfigRefusal
@@ -241,6 +242,11 @@ class _Daemon:
                 for sock in socks:
                     sock.close()
                 raise
+            # the same parts as inside Jupyter (workspace, runtime + backends or the demo, MCP); the
+            # directory the daemon starts in is its Jupyter root (where a push lands)
+            install_components(broker, jupyter_root=Path.cwd())
+            # kept referenced so the task is not collected; a slow MCP server must not delay the start
+            self.mcp_start = asyncio.ensure_future(start_components(broker))
             app = make_app(broker, gate, activity=gate, scrub=gate.scrub)
             if listen.kind == "unix":
                 server = PeerCheckingHTTPServer(app, on_refused=lambda peer: auth_log.event(
@@ -287,6 +293,10 @@ class _Daemon:
                 except TimeoutError:
                     log.warning("some connections did not close within %.0f s", _SHUTDOWN_GRACE)
             if broker is not None:
+                try:
+                    await stop_components(broker)
+                except Exception:  # shutting down: a failing MCP server must not keep the store open
+                    log.warning("stopping runs and MCP servers failed", exc_info=True)
                 broker.close()
             for path in (bound_path, state_file):
                 if path is not None:
