@@ -143,6 +143,8 @@ class DemoBackend:
         body = first.get("content", "")
         if not isinstance(body, str):
             body = json.dumps(body)
+        # the runtime labels tool results as untrusted data; the demo quotes only what is inside
+        body = re.sub(r"^\s*<untrusted-data[^>]*>\n?|\n?</untrusted-data>\s*$", "", body)
         return bool(first.get("is_error")), body
 
     def _dataframes(self, step, results, tools):

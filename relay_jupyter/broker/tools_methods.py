@@ -26,6 +26,7 @@ from ..protocol.models_control import (
     ToolsListResult,
 )
 from ..protocol.names import Method
+from ..runtime.tools import DAEMON_KERNEL_CLIENT
 from .registry import method
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ def available_tools(broker: Broker, caller: Caller) -> list[tuple[str, ToolSpec]
     """(provider, spec) of every tool the broker can run for ``caller``: kernel tools only for a kernel
     caller (they run in that kernel), workspace and MCP tools when those are wired."""
     out: list[tuple[str, ToolSpec]] = []
-    if caller.kind is CallerKind.KERNEL:
+    if caller.kind is CallerKind.KERNEL or (caller.kind is CallerKind.DAEMON
+                                           and caller.client_id == DAEMON_KERNEL_CLIENT):
         out += [("kernel", s) for s in broker.kernel_bridge.specs()]
     if broker.workspace_tools is not None:
         out += [("workspace", s) for s in _specs_of(broker.workspace_tools)]

@@ -18,16 +18,17 @@ from typing import Any, Protocol, runtime_checkable
 from ..core.types import PermissionMode, ToolSpec
 
 __all__ = [
+    "DAEMON_KERNEL_CLIENT",
     "MAX_ARGUMENT_BYTES",
-    "ToolContext",
-    "Preflight",
-    "ToolResult",
-    "ToolProvider",
-    "LocalTools",
-    "WorkspaceToolsProvider",
     "KernelToolsProvider",
+    "LocalTools",
     "McpToolsProvider",
+    "Preflight",
+    "ToolContext",
     "ToolIndex",
+    "ToolProvider",
+    "ToolResult",
+    "WorkspaceToolsProvider",
     "as_result",
 ]
 
@@ -174,6 +175,10 @@ class WorkspaceToolsProvider:
         return as_result(value)
 
 
+#: The client id of a kernel talking to the standalone daemon (``X-Relay-Client: kernel``).
+DAEMON_KERNEL_CLIENT = "daemon:kernel"
+
+
 class KernelToolsProvider:
     """Adapter for the kernel bridge: tools that run in the originating kernel (variables,
     DataFrames, run_code). The bridge routes a call to the kernel of ``ctx.origin`` only."""
@@ -182,8 +187,11 @@ class KernelToolsProvider:
         self._bridge = kernel_bridge
 
     def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """The kernel tools, when a kernel started the run (they run in that kernel)."""
-        if ctx.caller_kind != "kernel" or not ctx.originator:
+        """The kernel tools, when a kernel started the run (they run in that kernel): a kernel of the
+        Jupyter server, or a kernel attached to the standalone daemon (client ``daemon:kernel``; every
+        client of a daemon is the same user, so the name routes, it does not authorize)."""
+        if not ctx.originator or not (ctx.caller_kind == "kernel" or (
+                ctx.caller_kind == "daemon" and ctx.originator == DAEMON_KERNEL_CLIENT)):
             return []
         return list(self._bridge.specs())
 
