@@ -1,0 +1,74 @@
+"""The broker process the SIGKILL test kills: a durable Broker with the runtime, FakeAnthropic (in the
+parent, so it outlives this process) behind the real Anthropic backend, and an MCP server whose
+``hang`` tool never answers.
+
+It starts one run in mode ``full`` (the hanging MCP tool is write-class by default; mode full lets it
+run without a consent click), waits until the journal holds the call's intent with no outcome, prints
+one JSON line ``{"run_id", "call_id", "pid"}`` and then waits to be killed.
+
+    RELAY_TEST_KEY=... python tests/runtime/sigkill_broker.py --data-dir D --root R --base-url U \
+        --mcp-config M --conversation C --origin O --model claude-test-1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from relay_jupyter.backends.anthropic import AnthropicBackend
+from relay_jupyter.broker.assembly import install_components, start_components
+from relay_jupyter.broker.broker import Broker
+from relay_jupyter.broker.config import BrokerConfig
+from relay_jupyter.broker.dispatch import call_method
+from relay_jupyter.core.caller import Caller, CallerKind
+from relay_jupyter.core.types import Grant
+
+KEY_ENV = "RELAY_TEST_KEY"
+CLIENT_ID = "kernel:sigkill"
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Start the run, report once its tool call is in flight, then wait forever (until SIGKILL)."""
+    key = os.environ[KEY_ENV]
+    broker = Broker.open(BrokerConfig(data_dir=Path(args.data_dir), mcp_config_path=Path(args.mcp_config),
+                                      default_model=args.model, consent_timeout=30))
+    broker.grants.issue(Grant(origin=args.origin, tools=frozenset({"*"}), models=frozenset({"*"}),
+                              consent_id="sigkill-test"))
+    backend = AnthropicBackend(key, base_url=args.base_url, models=("claude-*",), timeout=30)
+    install_components(broker, jupyter_root=Path(args.root), backends={"anthropic": backend})
+    await start_components(broker)
+    caller = Caller(kind=CallerKind.KERNEL, origin=args.origin, client_id=CLIENT_ID)
+    started = await call_method(broker, caller, "run.start", {
+        "conversation": args.conversation, "prompt": "wait for the slow thing", "mode": "full"})
+    run_id = started["run_id"]
+    async with asyncio.timeout(30):
+        while True:
+            row = broker.store.get_run(run_id)
+            in_flight = [c for c in (row or {}).get("calls", []) if c["outcome"] is None]
+            if in_flight:
+                break
+            if row is not None and row["finished_at"] is not None:
+                raise SystemExit(f"run ended before its tool call was in flight: {row['state']}")
+            await asyncio.sleep(0.02)
+    print(json.dumps({"run_id": run_id, "call_id": in_flight[0]["call_id"], "pid": os.getpid()}), flush=True)
+    await asyncio.Event().wait()  # hold the call open until the parent SIGKILLs this process
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments and run until killed."""
+    parser = argparse.ArgumentParser(description="broker child of the SIGKILL test")
+    for name in ("data-dir", "root", "base-url", "mcp-config", "conversation", "origin", "model"):
+        parser.add_argument(f"--{name}", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    asyncio.run(run(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
