@@ -10,6 +10,7 @@ fake would answer a non-streaming client instantly and flatter it.
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any
 
 from relay_jupyter.testing import FakeAnthropic, Reply
@@ -64,6 +65,12 @@ def answer_reply() -> Reply:
     return Reply(ANSWER, first_token_delay=FIRST_TOKEN_DELAY, tokens_per_second=TOKENS_PER_SECOND)
 
 
+def short_reply() -> Reply:
+    """A two-word answer (first token at 0.1 s): the second cell of a kernel, to time the per-cell
+    overhead without another 6 s answer."""
+    return Reply(f"{MARKER} again.", first_token_delay=FIRST_TOKEN_DELAY, tokens_per_second=TOKENS_PER_SECOND)
+
+
 def stream_duration(reply: Reply) -> float:
     """Seconds from request to the last delta of ``reply`` when streamed (the Pacer's schedule: the
     first delta after the delay, each later one once every token before it had its share of time)."""
@@ -77,17 +84,29 @@ def stream_duration(reply: Reply) -> float:
 
 
 class PacedFake(FakeAnthropic):
-    """:class:`FakeAnthropic` answering every request with :func:`answer_reply`; non-streamed requests
-    are held for the stream's duration first (see the module docstring)."""
+    """:class:`FakeAnthropic` answering every request with :func:`answer_reply`, or with the replies
+    queued by :meth:`queue_next`; non-streamed requests are held for the stream's duration first (see
+    the module docstring)."""
 
     def __init__(self) -> None:
         super().__init__(api_key=API_KEY, default=answer_reply(), models=(MODEL,))
-        self.hold = stream_duration(answer_reply())
+        self._next: collections.deque[Reply] = collections.deque()
+
+    def queue_next(self, reply: Reply) -> None:
+        """Answer the next model request with ``reply`` (then the default again)."""
+        self._next.append(reply)
 
     async def handle(self, request: Any, record: Any, responder: Any) -> None:
-        """Hold non-streamed ``/v1/messages`` requests, then answer as the fake does."""
+        """Pick the reply, hold a non-streamed ``/v1/messages`` request, then answer as the fake does."""
         body = record.body
-        if (request.method == "POST" and request.path.split("?")[0].rstrip("/") == "/v1/messages"
-                and isinstance(body, dict) and not body.get("stream")):
-            await asyncio.sleep(self.hold)
+        if request.method == "POST" and request.path.split("?")[0].rstrip("/") == "/v1/messages":
+            reply = self._next.popleft() if self._next else answer_reply()
+            if isinstance(body, dict) and not body.get("stream"):
+                await asyncio.sleep(stream_duration(reply))
+            self.script.push(reply)
+            try:
+                await super().handle(request, record, responder)
+            finally:
+                self.script.clear()  # a request refused before it took its reply must not shift the next
+            return
         await super().handle(request, record, responder)

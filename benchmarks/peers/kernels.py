@@ -109,7 +109,9 @@ class Kernel:
         """A client of a kernel someone else started (the Jupyter server)."""
         client = AsyncKernelClient()
         client.load_connection_file(str(connection_file))
-        client.start_channels()
+        # no heartbeat: without a manager, wait_for_ready takes one missed beat (1 s) for a dead kernel,
+        # and a kernel still importing on a busy machine misses it; the shell reply is the readiness test
+        client.start_channels(hb=False)
         await client.wait_for_ready(timeout=60)
         return cls(None, client)
 
