@@ -13,8 +13,6 @@ import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, Refusal, RoutingRefusal
 from ..core.types import PermissionMode, ToolRequest, ToolSpec
@@ -57,10 +55,21 @@ def available_tools(broker: Broker, caller: Caller) -> list[tuple[str, ToolSpec]
     return out
 
 
+
+def _jsonschema() -> Any:
+    """``jsonschema``, imported on first use: its import costs seconds on a loaded machine (it pulls
+    ``rfc3987_syntax``, which builds a grammar), and the daemon, the CLI and broker start should not pay it."""
+    import jsonschema
+    import jsonschema.exceptions
+    import jsonschema.validators
+
+    return jsonschema
+
 def _check_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> None:
     size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_ARGUMENT_BYTES:
         raise Refusal(Code.ARGUMENTS_TOO_LARGE, f"arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
+    jsonschema = _jsonschema()
     try:
         jsonschema.validate(arguments, spec.input_schema, cls=jsonschema.Draft202012Validator)
     except jsonschema.ValidationError as exc:

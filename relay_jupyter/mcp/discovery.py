@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 import mcp_types as types
 
 from ..core.types import ToolClass, ToolSpec, canonical_json
@@ -58,6 +57,16 @@ class DiscoveredTool:
     spec: ToolSpec
     remote_name: str
 
+
+
+def _jsonschema() -> Any:
+    """``jsonschema``, imported on first use: its import costs seconds on a loaded machine (it pulls
+    ``rfc3987_syntax``, which builds a grammar), and the daemon, the CLI and broker start should not pay it."""
+    import jsonschema
+    import jsonschema.exceptions
+    import jsonschema.validators
+
+    return jsonschema
 
 def qualified_name(server: str, tool: str) -> str:
     """``server__tool``."""
@@ -98,6 +107,7 @@ def _check_schema(schema: Any) -> str | None:
         return f"its input schema is {size} bytes (limit {MAX_SCHEMA_BYTES})"
     if schema.get("type") != "object":
         return "its input schema does not have an object root"
+    jsonschema = _jsonschema()
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:

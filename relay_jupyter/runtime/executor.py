@@ -20,9 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
-
 from ..backends.base import ToolCallDone
 from ..core.errors import Code, GateRefusal, Refusal
 from ..core.redact import redact
@@ -38,6 +35,16 @@ MAX_RESULT_CHARS = 512 * 1024
 Emit = Callable[[str, dict[str, Any], ToolContext], None]
 """``emit(event_type, data, ctx)``: appends one event to the run's ordered channel."""
 
+
+
+def _jsonschema() -> Any:
+    """``jsonschema``, imported on first use: its import costs seconds on a loaded machine (it pulls
+    ``rfc3987_syntax``, which builds a grammar), and the daemon, the CLI and broker start should not pay it."""
+    import jsonschema
+    import jsonschema.exceptions
+    import jsonschema.validators
+
+    return jsonschema
 
 def refused(code: Code | str, message: str) -> ToolResult:
     """The result the model sees for a call that was not run."""
@@ -55,6 +62,7 @@ class _Validators:
         key = spec.digest
         validator = self._cache.get(key)
         if validator is None:
+            jsonschema = _jsonschema()
             cls = jsonschema.validators.validator_for(spec.input_schema, default=jsonschema.Draft202012Validator)
             cls.check_schema(spec.input_schema)
             validator = cls(spec.input_schema)
@@ -113,10 +121,10 @@ class Executor:
         provider, spec = found
         try:
             validator = self._validators.get(spec)
-        except SchemaError:
+        except _jsonschema().exceptions.SchemaError:
             return self._refuse(ctx, call_id, Code.INVALID_ARGUMENTS,
                                 f"the schema of tool {spec.name!r} is not a valid JSON Schema")
-        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+        error = _jsonschema().exceptions.best_match(validator.iter_errors(args))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
             return self._refuse(ctx, call_id, Code.INVALID_ARGUMENTS,
