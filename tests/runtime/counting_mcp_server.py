@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import anyio
-
 from mcp.types import ToolAnnotations
 
 from relay_jupyter.testing.mcp_server import MAX_HANG, make_server

@@ -11,10 +11,15 @@ conversation, never run the tool again, and send the model a well-formed history
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
+import select
 import signal
+import socket
+import subprocess
 import sys
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -27,8 +32,12 @@ from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.core.caller import Caller, CallerKind
+from relay_jupyter.core.grants import GrantBook
+from relay_jupyter.core.types import Grant
 from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
 from relay_jupyter.runtime.context import OUTCOME_UNKNOWN
+from relay_jupyter.storage.paths import ensure_private_dir
+from relay_jupyter.storage.sqlite import Store
 from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
 
 from .counting_mcp_server import CALLS_FILE
@@ -209,3 +218,152 @@ def assert_every_tool_use_answered(messages: list[dict[str, Any]]) -> None:
         assert i + 1 < len(messages) and messages[i + 1]["role"] == "user", f"tool_use at {i} unanswered"
         results = [b["tool_use_id"] for b in messages[i + 1]["content"] if b.get("type") == "tool_result"]
         assert results == uses
+
+
+# -- the same through the standalone daemon (``jupyter relay serve`` on its Unix socket) --------------
+
+DAEMON_CLIENT = "crash"
+DAEMON_ORIGIN = f"daemon:{DAEMON_CLIENT}"
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    """HTTP/1.1 over the daemon's Unix socket (no token there: peer credentials authenticate)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=20)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class _Daemon:
+    """One ``jupyter relay serve`` process on ``<tmp>/sock/relay.sock``; JSON-RPC as ``daemon:crash``."""
+
+    def __init__(self, tmp: Path, config: Path, env: dict[str, str], root: Path) -> None:
+        self.socket = tmp / "sock" / "relay.sock"
+        self.stderr = tmp / "daemon.stderr"
+        with self.stderr.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "relay_jupyter.cli", "serve", "--listen", f"unix://{self.socket}",
+                 "--config", str(config)], env=env, cwd=root, stdout=subprocess.PIPE, stderr=err)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 40)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        if not line.startswith("relay daemon listening on"):
+            self.proc.kill()
+            self.proc.wait(5)
+            pytest.fail(f"daemon did not start: {line!r}\n{self.stderr.read_text(errors='replace')[-3000:]}")
+
+    def rpc(self, method: str, params: dict[str, Any]) -> Any:
+        conn = _UnixHTTP(str(self.socket))
+        try:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            conn.request("POST", "/relay/rpc", body, {"Content-Type": "application/json",
+                                                      "X-Relay-Client": DAEMON_CLIENT})
+            reply = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    def wait(self, predicate: Any, what: str, timeout: float = 20.0) -> Any:
+        """Poll another process' state (there is nothing to await across processes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                pytest.fail(f"timed out waiting for {what}\n{self.stderr.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.mark.slow
+def test_sigkilled_daemon_restarts_interrupted_with_outcome_unknown(tmp_path):
+    paths = _layout(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("RELAY_URL", "RELAY_TOKEN")}
+    env.update(JUPYTER_DATA_DIR=str(tmp_path / "jdata"), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrt"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"), PYTHONUNBUFFERED="1",
+               ANTHROPIC_API_KEY=KEY)  # the server's environment is a legitimate key source
+    config = tmp_path / "broker.json"
+    with FakeAnthropic(api_key=KEY) as fake:
+        config.write_text(json.dumps({"data_dir": str(paths["data"]), "anthropic_base_url": fake.base_url,
+                                      "mcp_config_path": str(paths["mcp"]), "default_model": MODEL}))
+        # the grant a terminal `jupyter relay grants add daemon:crash` would write (tested in tests/daemon)
+        store = Store.open(ensure_private_dir(paths["data"]) / "relay.db")
+        try:
+            GrantBook(store).issue(Grant(origin=DAEMON_ORIGIN, tools=frozenset({"*"}), models=frozenset({"*"}),
+                                         consent_id="terminal"))
+        finally:
+            store.close()
+
+        fake.enqueue(Reply(text("Waiting."), tool_use("notes__hang", {"seconds": 600}, id=CALL_ID)))
+        daemon = _Daemon(tmp_path, config, env, paths["root"])
+        mcp_pids: list[int] = []
+        try:
+            # MCP servers connect in the background after the daemon listens: wait for the tool
+            daemon.wait(lambda: "notes__hang" in {t["name"] for t in daemon.rpc("tools.list", {})["tools"]},
+                        "the MCP tool")
+            run_id = daemon.rpc("run.start", {"conversation": CONVERSATION, "prompt": "wait", "mode": "full"})["run_id"]
+            daemon.wait(lambda: any(c["outcome"] is None
+                                    for c in daemon.rpc("runs.get", {"run_id": run_id})["run"]["calls"]),
+                        "the intent record")
+            daemon.wait(lambda: (paths["notes"] / CALLS_FILE).exists(), "the tool to start")
+            mcp_pids = _children(daemon.proc.pid)
+            assert mcp_pids
+        finally:
+            daemon.proc.kill()
+            for pid in mcp_pids or _children(daemon.proc.pid):
+                with suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            daemon.proc.wait(10)
+        assert daemon.proc.returncode == -signal.SIGKILL
+        asyncio.run(_wait_gone(mcp_pids))
+        assert daemon.socket.exists()  # left behind by the kill: the restart must replace the stale socket
+
+        fake.enqueue(Reply(text("It may have finished.")))
+        daemon = _Daemon(tmp_path, config, env, paths["root"])
+        try:
+            run = daemon.rpc("runs.get", {"run_id": run_id})["run"]
+            assert run["state"] == "interrupted"
+            assert [(c["call_id"], c["outcome"]) for c in run["calls"]] == \
+                [(CALL_ID, {"status": "unknown", "outcome_unknown": True})]
+            daemon.wait(lambda: "notes__hang" in {t["name"] for t in daemon.rpc("tools.list", {})["tools"]},
+                        "the MCP tool after the restart")
+            second = daemon.rpc("run.start", {"conversation": CONVERSATION, "prompt": "what happened?"})["run_id"]
+            daemon.wait(lambda: daemon.rpc("runs.get", {"run_id": second})["run"]["state"] == "done",
+                        "the second run")
+        finally:
+            daemon.stop()
+        assert daemon.proc.returncode == 0
+
+    assert len(fake.requests) == 2
+    sent = fake.requests[-1].json["messages"]
+    assert_every_tool_use_answered(sent)
+    assert "outcome unknown" in json.dumps(sent)
+    assert len((paths["notes"] / CALLS_FILE).read_text().splitlines()) == 1
+    store = Store.open(paths["data"] / "relay.db")  # the daemon has exited: read what it left
+    try:
+        assert _terminals_in(store, run_id) == [EventType.INTERRUPTED]
+        assert _terminals_in(store, second) == [EventType.DONE]
+        messages = store.load_conversation(CONVERSATION)["messages"]
+        (answer,) = messages[2]["content"]
+        assert answer["tool_use_id"] == CALL_ID and OUTCOME_UNKNOWN in json.dumps(answer["content"])
+    finally:
+        store.close()
+
+
+def _terminals_in(store: Store, run_id: str) -> list[str]:
+    return [e.type for e in store.events_since(0) if e.run_id == run_id and e.type in TERMINAL_EVENTS]
