@@ -25,6 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._db import _create_private
+from .errors import SchemaError, StoreError
+
 __all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
 
 SCHEMA_VERSION = 1
@@ -96,22 +99,46 @@ class CheckpointJournal:
     """Durable checkpoint rows in the SQLite file at ``db_path``."""
 
     def __init__(self, db_path: str | Path) -> None:
+        """Open (creating 0600, like the store's own connection) the journal in ``db_path``.
+
+        Raises:
+            StoreError: the file cannot be opened or is not a usable SQLite database.
+            SchemaError: the journal was written by a newer relay-jupyter.
+        """
         self.db_path = str(db_path)
-        Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(self.db_path)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        with self._lock:
-            self._db.executescript(_SCHEMA)
-            row = self._db.execute("SELECT value FROM relay_checkpoint_meta WHERE key='version'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO relay_checkpoint_meta (key, value) VALUES ('version', ?)",
-                                 (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"the checkpoint journal in {self.db_path} is version {row[0]}, newer than this relay "
-                    f"({SCHEMA_VERSION}); upgrade relay-jupyter")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Pre-images are file contents: the database and its -wal/-shm must be private to the user.
+            _create_private(path)
+            self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None, timeout=30)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the checkpoint journal {path}: "
+                             f"{getattr(exc, 'strerror', None) or exc}", data={"path": str(path)}) from exc
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._lock:
+                self._db.executescript(_SCHEMA)
+                row = self._db.execute("SELECT value FROM relay_checkpoint_meta WHERE key='version'").fetchone()
+                if row is None:
+                    self._db.execute("INSERT INTO relay_checkpoint_meta (key, value) VALUES ('version', ?)",
+                                     (str(SCHEMA_VERSION),))
+                elif not str(row[0]).isdigit() or int(row[0]) > SCHEMA_VERSION:
+                    raise SchemaError(
+                        f"the checkpoint journal in {self.db_path} is version {row[0]}, newer than this relay "
+                        f"({SCHEMA_VERSION}); upgrade relay-jupyter", data={"path": self.db_path})
+            # WAL mode creates -wal/-shm on first use: tighten them too (SQLite copies the main file's
+            # mode, but a file made earlier by another process may be looser).
+            _create_private(path)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"{path} is not a usable checkpoint journal ({exc}); move it away to start fresh",
+                             data={"path": str(path)}) from exc
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         """Close the connection."""
