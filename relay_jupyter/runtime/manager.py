@@ -236,12 +236,13 @@ class RunManager:
                 self.journal.run_finished(run_id, "interrupted")
         for run_id in ids:
             row = rows.get(run_id, {})
+            finished = self._finished_calls(run_id)
             unknown = {c["call_id"] for c in self.journal.calls_without_outcome(run_id)}
             for call_id in unknown:
                 self.journal.call_outcome(run_id, call_id, {"status": "unknown", "outcome_unknown": True})
             conversation = row.get("conversation")
             if conversation:
-                self._repair_history(conversation, row.get("origin", ""), unknown)
+                self._repair_history(conversation, row.get("origin", ""), unknown, finished)
             self.events.append(EventType.INTERRUPTED, {"run_id": run_id, "conversation": conversation,
                                                        "outcome_unknown": sorted(unknown)},
                                origin=row.get("origin"), run_id=run_id)
@@ -349,7 +350,17 @@ class RunManager:
         run.history.append({"role": "user", "content": blocks, "turn": run.turn})
         run.pending, run.results = [], {}
 
-    def _repair_history(self, conversation: str, origin: str, unknown: set[str]) -> None:
+    def _finished_calls(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """Calls of ``run_id`` whose outcome the journal recorded before the crash (their results were
+        only in memory: a turn's results are stored together once every call of the turn is done).
+        Needs a journal with ``get_run`` (the SQLite store; an in-memory journal does not outlive a crash)."""
+        get_run = getattr(self.journal, "get_run", None)
+        run = get_run(run_id) if get_run is not None else None
+        return {c["call_id"]: c["outcome"] for c in (run or {}).get("calls") or []
+                if isinstance(c.get("outcome"), dict)}
+
+    def _repair_history(self, conversation: str, origin: str, unknown: set[str],
+                        finished: dict[str, dict[str, Any]] | None = None) -> None:
         row = self.conversations.load_conversation(conversation) or {}
         history = _messages(row)
         if not history:
@@ -363,9 +374,8 @@ class RunManager:
             for b in m.get("content") or []:
                 if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") not in answered:
                     turn = m.get("turn", turn)
-                    text = OUTCOME_UNKNOWN if b["id"] in unknown else \
-                        "not run: the broker stopped before this call started"
-                    blocks.append(tool_result_block(b["id"], b.get("name", ""), text, True))
+                    text, is_error = _recovered_answer(b["id"], unknown, finished or {})
+                    blocks.append(tool_result_block(b["id"], b.get("name", ""), text, is_error))
         if blocks:
             history.append({"role": "user", "content": blocks, "turn": turn})
             self.conversations.save_conversation(conversation, row.get("origin") or origin, row.get("name", ""),
@@ -434,6 +444,18 @@ class RunManager:
         return {"run_id": run.run_id, "origin": run.ctx.origin, "conversation": run.ctx.conversation,
                 "originator": run.ctx.client_id, "model": run.params.model, "backend": run.params.backend,
                 "mode": run.tool_ctx.mode.value, "steps": run.steps}
+
+
+def _recovered_answer(call_id: str, unknown: set[str], finished: dict[str, dict[str, Any]]) -> tuple[str, bool]:
+    """The result a crash-repaired call gets: never "not run" for a call the journal saw run."""
+    outcome = finished.get(call_id)
+    if call_id in unknown or (outcome is not None and outcome.get("outcome_unknown")):
+        return OUTCOME_UNKNOWN, True
+    if outcome is not None:
+        status = str(outcome.get("status") or "unknown")
+        return (f"completed before the broker stopped (status: {status}), but its output was lost; "
+                "the action happened: check its effect before repeating it"), status != "ok"
+    return "not run: the broker stopped before this call started", True
 
 
 def _messages(row: dict[str, Any] | None) -> list[dict[str, Any]]:
