@@ -2,12 +2,13 @@
 parent, so it outlives this process) behind the real Anthropic backend, and an MCP server whose
 ``hang`` tool never answers.
 
-It starts one run in mode ``full`` (the hanging MCP tool is write-class by default; mode full lets it
-run without a consent click), waits until the journal holds the call's intent with no outcome, prints
+It starts one run in mode ``full`` (MCP tools are write-class by default; mode full lets them run
+without a consent click), waits until the journal holds the intent of a ``--tool`` call with no
+outcome, prints
 one JSON line ``{"run_id", "call_id", "pid"}`` and then waits to be killed.
 
     RELAY_TEST_KEY=... python tests/runtime/sigkill_broker.py --data-dir D --root R --base-url U \
-        --mcp-config M --conversation C --origin O --model claude-test-1
+        --mcp-config M --conversation C --origin O --model claude-test-1 --tool notes__hang
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ async def run(args: argparse.Namespace) -> None:
     async with asyncio.timeout(30):
         while True:
             row = broker.store.get_run(run_id)
-            in_flight = [c for c in (row or {}).get("calls", []) if c["outcome"] is None]
+            in_flight = [c for c in (row or {}).get("calls", [])
+                         if c["outcome"] is None and c["tool"] == args.tool]
             if in_flight:
                 break
             if row is not None and row["finished_at"] is not None:
@@ -62,7 +64,7 @@ async def run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run until killed."""
     parser = argparse.ArgumentParser(description="broker child of the SIGKILL test")
-    for name in ("data-dir", "root", "base-url", "mcp-config", "conversation", "origin", "model"):
+    for name in ("data-dir", "root", "base-url", "mcp-config", "conversation", "origin", "model", "tool"):
         parser.add_argument(f"--{name}", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)

@@ -48,6 +48,8 @@ MODEL = "claude-test-1"
 ORIGIN = "notebook:crash.ipynb"
 CONVERSATION = "conv-crash"
 CALL_ID = "toolu_hang_0001"
+WRITE_ID = "toolu_write_0001"  # finished before the kill: its outcome is journaled, its result is not stored
+LATER_ID = "toolu_echo_0001"  # after the hang in the same turn: never started
 NB = Caller(kind=CallerKind.KERNEL, origin=ORIGIN, client_id="kernel:after-restart")
 
 
@@ -101,14 +103,18 @@ def _layout(tmp_path: Path) -> dict[str, Path]:
 
 async def _crash_a_broker(paths: dict[str, Path], fake: FakeAnthropic) -> dict[str, Any]:
     """Run the child broker until its ``hang`` call is in flight, then SIGKILL it and its MCP server."""
-    fake.enqueue(Reply(text("Let me wait for it."), tool_use("notes__hang", {"seconds": 600}, id=CALL_ID)))
+    # write_note is not parallel-safe, so the turn's three calls run one after another
+    fake.enqueue(Reply(text("Let me wait for it."),
+                       tool_use("notes__write_note", {"path": "before.txt", "text": "hi"}, id=WRITE_ID),
+                       tool_use("notes__hang", {"seconds": 600}, id=CALL_ID),
+                       tool_use("notes__echo", {"text": "later"}, id=LATER_ID)))
     env = {**os.environ, "RELAY_TEST_KEY": KEY}
     with paths["stderr"].open("wb") as stderr:
         child = await asyncio.create_subprocess_exec(
             sys.executable, str(HERE / "sigkill_broker.py"),
             "--data-dir", str(paths["data"]), "--root", str(paths["root"]), "--base-url", fake.base_url,
             "--mcp-config", str(paths["mcp"]), "--conversation", CONVERSATION, "--origin", ORIGIN,
-            "--model", MODEL, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env)
+            "--model", MODEL, "--tool", "notes__hang", stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env)
     mcp_pids: list[int] = []
     try:
         try:
@@ -164,21 +170,29 @@ async def test_sigkilled_mid_tool_call_restarts_interrupted_with_outcome_unknown
             # the run is interrupted, its call answered "unknown" in the journal, never re-run
             run = (await call_method(broker, NB, "runs.get", {"run_id": run_id}))["run"]
             assert run["state"] == "interrupted" and run["finished_at"] is not None
-            assert [(c["call_id"], c["tool"]) for c in run["calls"]] == [(CALL_ID, "notes__hang")]
-            assert run["calls"][0]["outcome"] == {"status": "unknown", "outcome_unknown": True}
+            assert [(c["call_id"], c["tool"]) for c in run["calls"]] == \
+                [(WRITE_ID, "notes__write_note"), (CALL_ID, "notes__hang")]
+            assert run["calls"][0]["outcome"]["status"] == "ok"
+            assert run["calls"][1]["outcome"] == {"status": "unknown", "outcome_unknown": True}
             assert _terminals(broker, run_id) == [EventType.INTERRUPTED]
             (event,) = [e for e in broker.store.events_since(0)
                         if e.type == EventType.INTERRUPTED and e.run_id == run_id]
             assert event.data["outcome_unknown"] == [CALL_ID] and event.origin == ORIGIN
             assert broker.runs.get(run_id) is None and not broker.runs.busy(CONVERSATION)
 
-            # the stored history answers the hanging call, right after the assistant turn that made it
+            # the stored history answers each call of the turn truthfully, in the model's order
             messages = broker.store.load_conversation(CONVERSATION)["messages"]
             assert [m["role"] for m in messages] == ["user", "assistant", "user"]
-            assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == [CALL_ID]
-            (answer,) = messages[2]["content"]
-            assert answer["type"] == "tool_result" and answer["tool_use_id"] == CALL_ID
-            assert OUTCOME_UNKNOWN in json.dumps(answer["content"]) and answer["is_error"] is True
+            assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == \
+                [WRITE_ID, CALL_ID, LATER_ID]
+            answers = messages[2]["content"]
+            assert [(a["type"], a["tool_use_id"]) for a in answers] == \
+                [("tool_result", WRITE_ID), ("tool_result", CALL_ID), ("tool_result", LATER_ID)]
+            done, unknown, later = (json.dumps(a["content"]) for a in answers)
+            assert "not run" not in done and "completed" in done  # it ran: never tell the model otherwise
+            assert OUTCOME_UNKNOWN in unknown and answers[1]["is_error"] is True
+            assert "not run" in later and answers[2]["is_error"] is True
+            assert (paths["notes"] / "before.txt").read_text() == "hi"
 
             # the next run in the same conversation sends a history where every tool_use is answered
             fake.enqueue(Reply(text("The earlier wait may or may not have finished.")))
