@@ -178,6 +178,48 @@ class NotebookBroker:
         os.environ["RELAY_URL"] = self.url
         return self
 
+    def rpc(self, method: str, params: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
+        """One JSON-RPC call to this daemon as this notebook's kernel (``X-Relay-Client: kernel``).
+
+        Raises:
+            RuntimeError: the daemon answered with a JSON-RPC error.
+        """
+        import http.client
+
+        class _Unix(http.client.HTTPConnection):  # http.client over a Unix socket (not in the stdlib)
+            def connect(conn) -> None:
+                conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn.sock.settimeout(timeout)
+                conn.sock.connect(str(self.socket_path))
+
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}})
+        conn = _Unix("localhost", timeout=timeout)
+        try:
+            conn.request("POST", "/relay/rpc", body, {"Content-Type": "application/json", "X-Relay-Client": "kernel"})
+            reply = json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+        if "error" in reply:
+            raise RuntimeError(f"{method}: {reply['error'].get('message')}")
+        return reply.get("result")
+
+    def wait_for_tools(self, *names: str, timeout: float = 30.0) -> list[str]:
+        """Wait until the broker offers every tool in ``names`` (MCP servers connect in the background
+        after the daemon starts). Returns the names of all tools offered.
+
+        Raises:
+            TimeoutError: naming the tools still missing.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            offered = [t.get("name") for t in (self.rpc("tools.list") or {}).get("tools", [])]
+            missing = [n for n in names if n not in offered]
+            if not missing:
+                return offered
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the broker does not offer {', '.join(missing)}; see broker.log_tail()")
+            time.sleep(0.2)  # the MCP server is starting in another process: nothing to await here
+
     def _answers(self) -> bool:
         path = self.socket_path
         if not path.exists():
