@@ -1,6 +1,6 @@
 """Side by side in real kernels: ``%%agent`` vs the direct anthropic SDK vs jupyter-ai's ``%%ai`` (2.x, 3.x).
 
-    .venv/bin/python benchmarks/peer_magics.py                 # 5 interleaved rounds (about 4 minutes)
+    .venv/bin/python benchmarks/peer_magics.py                 # 4 interleaved rounds (about 4.5 minutes)
     .venv/bin/python benchmarks/peer_magics.py --rounds 2 --variants sdk,agent --json out.json
 
 Every variant gets the same paced answer (600 tokens, first at 0.1 s, then 100 tokens/s) from one
@@ -334,7 +334,7 @@ def run(report) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4, about 4.5 minutes)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up of each kernel")
     parser.add_argument("--json", type=Path, help="also write the summary and failures as JSON")
