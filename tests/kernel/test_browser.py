@@ -1,0 +1,165 @@
+"""A person in JupyterLab (headless Chromium, Playwright): the card appears, Approve writes the file, Deny
+leaves it absent, a hostile answer renders inert. Screenshots go to ``artifacts/``.
+
+The stack is real: JupyterLab + the relay extension (broker, runtime), FakeAnthropic as the model, a
+kernel started by the server. The model's write is the kernel tool ``run_code``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
+
+from .real_server import TOKEN, RealServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+MODEL = "claude-fake-1"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop() -> Iterator[None]:
+    """Replaces pytest-jupyter's autouse loop fixture here: it would pick up (and close) the event loop
+    that sync Playwright runs in this thread. These tests use no in-process Jupyter server."""
+    yield None
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup() -> Iterator[None]:
+    """pytest-jupyter's cleanup of its in-process server, which these tests do not start."""
+    yield None
+
+
+def _notebook(path: Path, agent_cell: str) -> None:
+    def cell(source: str) -> dict[str, Any]:
+        return {"cell_type": "code", "execution_count": None, "id": os.urandom(4).hex(), "metadata": {},
+                "outputs": [], "source": source}
+
+    path.write_text(json.dumps({
+        "cells": [cell("%load_ext relay_jupyter"), cell(agent_cell)],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5}))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, FakeAnthropic, Any]]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with FakeAnthropic(api_key="test-key") as fake:
+        config = {"anthropic_base_url": fake.base_url, "anthropic_api_key": "test-key", "default_model": MODEL}
+        with RealServer(tmp_path_factory.mktemp("lab"), config, lab=True) as srv, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                yield srv, fake, browser
+            finally:
+                browser.close()
+
+
+def _run_notebook(srv: RealServer, browser: Any, name: str) -> Any:
+    # a fresh context and workspace per notebook: no tab of an earlier test is restored
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    stem = name.removesuffix(".ipynb")
+    page.goto(f"{srv.url}lab/workspaces/{stem}/tree/{name}?reset&token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    # JupyterLab may ask which kernel to use for the notebook (also a moment later): take the preferred
+    # one; then wait until the kernel is connected and idle, or the run requests could go nowhere
+    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
+    for _ in range(240):
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count():
+            accept.first.click()
+        elif idle.count():
+            break
+        page.wait_for_timeout(250)
+    for _attempt in range(3):
+        page.locator(".jp-Cell").first.click()
+        page.keyboard.press("Shift+Enter")
+        page.keyboard.press("Shift+Enter")
+        try:
+            page.locator(".jp-InputPrompt").filter(has_text="[1]").first.wait_for(timeout=15_000)
+            break
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / f"kernel-retry-{stem}.png"), full_page=True)
+            continue
+    return page
+
+
+def _click_if_connect(page: Any) -> None:
+    connect = page.get_by_role("button", name="Connect", exact=True)
+    try:
+        connect.wait_for(timeout=20_000)
+    except Exception:
+        return  # already connected by an earlier test
+    connect.click()
+
+
+def _write(srv: RealServer, fake: FakeAnthropic, browser: Any, name: str, button: str) -> Any:
+    target = f"{name}.txt"
+    _notebook(srv.root / f"{name}.ipynb", f"%%agent --model {MODEL}\nwrite {target}")
+    fake.enqueue(Reply(text("I will write the file."),
+                       tool_use("run_code", {"code": f"open({target!r}, 'w').write('written by the agent')"})))
+    fake.enqueue(Reply(text(f"Finished with {target}.")))
+    page = _run_notebook(srv, browser, f"{name}.ipynb")
+    _click_if_connect(page)
+    try:
+        page.get_by_role("button", name="Approve", exact=True).wait_for(timeout=60_000)
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"kernel-{name}-card.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"kernel-{name}-card.png"), full_page=True)
+    page.get_by_role("button", name=button, exact=True).click()
+    page.get_by_text(f"Finished with {target}.").wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / f"kernel-{name}-after.png"), full_page=True)
+    return page, srv.root / target
+
+
+def test_card_appears_and_approve_writes_the_file(lab: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    srv, fake, browser = lab
+    page, target = _write(srv, fake, browser, "approve", "Approve")
+    assert target.read_text() == "written by the agent"
+    assert page.get_by_role("button", name="Approve", exact=True).is_disabled()
+    assert page.get_by_text("Approved by you (click)").count() >= 1
+    page.context.close()
+
+
+def test_deny_leaves_the_file_absent(lab: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    srv, fake, browser = lab
+    page, target = _write(srv, fake, browser, "deny", "Deny")
+    assert not target.exists()
+    assert page.get_by_text("Denied by you (click)").count() >= 1
+    page.context.close()
+
+
+def test_hostile_answer_renders_inert(lab: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    srv, fake, browser = lab
+    hostile = ('<script>window.__pwned = 1</script> <img src=x onerror="window.__pwned = 2"> '
+               '[click me](javascript:window.__pwned=3) <a href="javascript:window.__pwned=4">link</a> END-MARK')
+    _notebook(srv.root / "hostile.ipynb", f"%%agent --model {MODEL}\nbe hostile")
+    fake.enqueue(Reply(text(hostile)))
+    page = _run_notebook(srv, browser, "hostile.ipynb")
+    _click_if_connect(page)
+    output = page.locator(".jp-OutputArea-output").filter(has_text="END-MARK").first
+    output.wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "kernel-hostile.png"), full_page=True)
+    assert page.evaluate("window.__pwned") is None
+    assert output.locator("script, img, a[href^='javascript']").count() == 0
+    text_shown = output.inner_text()
+    assert "<script>window.__pwned = 1</script>" in text_shown and "onerror" in text_shown
+    for link in output.locator("a").all():  # any link left must not run code
+        assert not (link.get_attribute("href") or "").lower().startswith("javascript")
+    output.get_by_text("click me").first.click()
+    assert page.evaluate("window.__pwned") is None
+    page.context.close()
