@@ -8,6 +8,9 @@ The stored history (a conversation) keeps every message in full, each tagged wit
   order the model asked; a result found elsewhere is moved there, a missing one is answered
   "outcome unknown"; a result whose call is not in the preceding assistant message (an orphan)
   is dropped;
+- a call id repeated by a later assistant message (histories stored before ids were made unique
+  at the turn driver, see ``call_ids``) is renamed in the request, with the result that follows
+  it, so each call keeps its own answer;
 - consecutive messages of one role are merged (the APIs want alternation);
 - older tool results beyond a character budget are trimmed head-and-tail with a marker.
 
@@ -98,6 +101,7 @@ def prepare(history: Sequence[dict[str, Any]], *, result_budget: int = 60_000, h
     """
     msgs = [{"role": m.get("role"), "content": copy.deepcopy(_blocks(m))} for m in history
             if m.get("role") in ("user", "assistant")]
+    _rename_repeated_ids(msgs)
     # index every result by the call it answers (the first one wins)
     results: dict[str, dict[str, Any]] = {}
     for m in msgs:
@@ -131,6 +135,31 @@ def prepare(history: Sequence[dict[str, Any]], *, result_budget: int = 60_000, h
         _append(out, {"role": "user", "content": _answers(pending, results, answered)})
     _trim_results(out, result_budget, head, tail)
     return out
+
+
+def _rename_repeated_ids(msgs: list[dict[str, Any]]) -> None:
+    """Give a ``tool_use`` whose id an earlier assistant message used a new id, and rename the first
+    result with the old id between it and the next assistant message. Deterministic, so the request
+    prefix stays the same from one request to the next (prompt caching)."""
+    seen: set[str] = set()
+    renames: dict[str, str] = {}  # old id -> new id, for the results after the current assistant message
+    for m in msgs:
+        if m["role"] == "assistant":
+            renames = {}
+            for b in m["content"]:
+                if b.get("type") != "tool_use" or not isinstance(b.get("id"), str):
+                    continue
+                old = b["id"]
+                if old in seen:
+                    n = 1
+                    while f"{old}_r{n}" in seen:
+                        n += 1
+                    b["id"] = renames[old] = f"{old}_r{n}"
+                seen.add(b["id"])
+            continue
+        for b in m["content"]:
+            if b.get("type") == "tool_result" and b.get("tool_use_id") in renames:
+                b["tool_use_id"] = renames.pop(b["tool_use_id"])
 
 
 def _answers(calls: list[str], results: dict[str, dict[str, Any]], answered: set[str]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backends.base import Backend, Stop, TextDelta, ToolCallDone, UsageEvent
 from ..core.types import ToolSpec, Usage
+from .call_ids import CallIds
 from .tools import MAX_ARGUMENT_BYTES
 
 __all__ = ["Coalescer", "TurnResult", "drive_turn"]
@@ -93,9 +94,10 @@ class TurnResult:
 
 async def drive_turn(backend: Backend, *, model: str, system: str, messages: list[dict[str, Any]],
                      tools: Sequence[ToolSpec], max_tokens: int, coalescer: Coalescer,
-                     result: TurnResult) -> TurnResult:
+                     result: TurnResult, call_ids: CallIds | None = None) -> TurnResult:
     """Stream one turn into ``result`` (filled as it goes, so a cancelled turn keeps its partial
-    text). Raises ``BackendFailure``; on cancellation the stream is closed."""
+    text). Each tool call is recorded under an id ``call_ids`` makes unique in the conversation
+    (backends may reuse ids). Raises ``BackendFailure``; on cancellation the stream is closed."""
     stream = backend.stream_turn(model, system, messages, tools, max_tokens)
     try:
         async for event in stream:
@@ -103,7 +105,7 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
                 result.text_parts.append(event.text)
                 coalescer.add(event.text)
             elif isinstance(event, ToolCallDone):
-                result.calls.append(event)
+                result.calls.append(call_ids.claim(event) if call_ids is not None else event)
             elif isinstance(event, UsageEvent):
                 result.usage = event.usage
             elif isinstance(event, Stop):

@@ -22,6 +22,7 @@ from ..core.consent import StaticConsent
 from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, RoutingRefusal
 from ..core.types import ConsentDecision, PermissionMode
 from ..protocol.names import EventType
+from .call_ids import CallIds, history_ids
 from .context import OUTCOME_UNKNOWN, prepare, tool_result_block, user_message
 from .conversations import next_turn
 from .driver import Coalescer, TurnResult, drive_turn
@@ -275,6 +276,7 @@ class RunManager:
         cfg, params, ctx = self.config, run.params, run.ctx
         history = _messages(self.conversations.load_conversation(ctx.conversation))
         run.turn = next_turn(history)
+        call_ids = CallIds(history_ids(history))
         history.append(user_message(params.prompt, params.attachments, turn=run.turn))
         run.history = history
         self._save(run)
@@ -297,7 +299,8 @@ class RunManager:
                                   interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
             try:
                 await drive_turn(backend, model=params.model, system=cfg.system_prompt, messages=messages,
-                                 tools=specs, max_tokens=max_tokens, coalescer=coalescer, result=turn)
+                                 tools=specs, max_tokens=max_tokens, coalescer=coalescer, result=turn,
+                                 call_ids=call_ids)
             finally:
                 await _maybe(self.gate.settle_completion(reservation, params.model, turn.usage, budget))
                 self._emit(run, EventType.USAGE, turn.usage.model_dump())
