@@ -9,6 +9,10 @@ Who may do what:
   same origin gets ``NOT_ORIGINATOR``; a client of another origin gets ``NOT_FOUND`` (existence is
   not leaked across notebooks).
 - ``conversations.*``: conversations of the caller's origin (browser: any origin).
+
+Conversation names are the client's (a kernel calls its chat ``default``); the broker keys them by
+origin (:func:`conversation_key`), so two notebooks' ``default`` chats — and their scratch
+workspaces — never meet.
 """
 
 from __future__ import annotations
@@ -44,12 +48,20 @@ from ..runtime.tools import (
     ToolResult,
     WorkspaceToolsProvider,
 )
+from .conversation_keys import conversation_key
 from .registry import method
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["install_runtime", "backends_from_config", "BrokerTools"]
+__all__ = ["install_runtime", "backends_from_config", "BrokerTools", "conversation_key"]
+
+
+def _public(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored conversation row as its client knows it: the name without the origin prefix."""
+    prefix = f"{row.get('origin')}|"
+    conv_id = row.get("conv_id", "")
+    return {**row, "conv_id": conv_id[len(prefix):] if conv_id.startswith(prefix) else conv_id}
 
 
 class BrokerTools:
@@ -131,7 +143,8 @@ def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = Non
 
     async def client_tools(caller: Caller, origin: str, conversation: str, tool: str,
                            arguments: Any) -> dict[str, Any]:
-        ctx = ToolContext(origin=origin, conversation=conversation, originator=caller.client_id,
+        ctx = ToolContext(origin=origin, conversation=conversation_key(origin, conversation),
+                          originator=caller.client_id,
                           caller_kind=caller.kind.value, user=caller.user)
         result = await manager.execute_client_call(ctx, tool, arguments)
         if result.code is not None:  # refused before it ran: a clear RPC error for a direct call
@@ -162,11 +175,15 @@ def _conversations(broker: Broker) -> Any:
     return _runs(broker).conversations
 
 
-def _owned(broker: Broker, caller: Caller, conversation: str, origin: str | None) -> dict[str, Any]:
-    row = _conversations(broker).load_conversation(conversation)
+def _owned(broker: Broker, caller: Caller, conversation: str, origin: str | None) -> tuple[str, dict[str, Any]]:
+    """(key, row) of the caller's conversation; NOT_FOUND for anything else."""
+    origin = _target(caller, origin)
+    key = conversation_key(origin, conversation)
+    row = _conversations(broker).load_conversation(key)
     if row is None or (caller.kind is not CallerKind.BROWSER and row.get("origin") != caller.origin) \
             or (origin is not None and row.get("origin") != origin):
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {conversation}")
+    return key, row
     return row
 
 
@@ -175,7 +192,8 @@ def _owned(broker: Broker, caller: Caller, conversation: str, origin: str | None
 async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> RunStartResult:
     runs = _runs(broker)
     origin = _target(caller, params.origin)
-    existing = runs.conversations.load_conversation(params.conversation)
+    key = conversation_key(origin, params.conversation)
+    existing = runs.conversations.load_conversation(key)
     if existing is not None and existing.get("origin") != origin:
         # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
@@ -185,7 +203,7 @@ async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> R
                             "no Anthropic API key is configured for this server (server config, the 0600 "
                             "secrets file or $ANTHROPIC_API_KEY of the server)" if backend == "anthropic" else
                             "no OpenAI-compatible endpoint is configured for this server (openai_base_url)")
-    ctx = RunContext(origin=origin, client_id=caller.client_id, conversation=params.conversation,
+    ctx = RunContext(origin=origin, client_id=caller.client_id, conversation=key,
                      user=caller.user, caller_kind=caller.kind.value)
     run_id = await runs.start(ctx, RunParams(
         prompt=params.prompt, model=params.model or broker.config.default_model, backend=backend,
@@ -218,7 +236,8 @@ async def run_cancel(broker: Broker, caller: Caller, params: RunCancelParams) ->
 async def conversations_list(broker: Broker, caller: Caller, params: ConversationsListParams
                              ) -> ConversationsListResult:
     scope = None if caller.kind is CallerKind.BROWSER and params.origin is None else _target(caller, params.origin)
-    return ConversationsListResult(conversations=_conversations(broker).list_conversations(scope))
+    return ConversationsListResult(conversations=[_public(row) for row in
+                                                  _conversations(broker).list_conversations(scope)])
 
 
 @method(Method.CONVERSATIONS_FORK, ConversationsForkParams, ConversationsForkResult,
@@ -226,12 +245,12 @@ async def conversations_list(broker: Broker, caller: Caller, params: Conversatio
 async def conversations_fork(broker: Broker, caller: Caller, params: ConversationsForkParams
                              ) -> ConversationsForkResult:
     runs = _runs(broker)
-    row = _owned(broker, caller, params.conversation, params.origin)
-    if runs.busy(params.conversation):
+    key, row = _owned(broker, caller, params.conversation, params.origin)
+    if runs.busy(key):
         raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
     messages = list(row.get("messages") or [])
     kept = fork_history(messages, params.at_turn)
-    runs.conversations.save_conversation(params.conversation, row["origin"], row.get("name", ""), kept,
+    runs.conversations.save_conversation(key, row["origin"], row.get("name", ""), kept,
                                          row.get("meta") or {})
     return ConversationsForkResult(conversation=params.conversation, removed_messages=len(messages) - len(kept),
                                    turns=next_turn(kept))
@@ -242,12 +261,12 @@ async def conversations_fork(broker: Broker, caller: Caller, params: Conversatio
 async def conversations_delete(broker: Broker, caller: Caller, params: ConversationsDeleteParams
                                ) -> ConversationsDeleteResult:
     runs = _runs(broker)
-    _owned(broker, caller, params.conversation, params.origin)
-    if runs.busy(params.conversation):
+    key, _ = _owned(broker, caller, params.conversation, params.origin)
+    if runs.busy(key):
         raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
-    deleted = runs.conversations.delete_conversation(params.conversation)
+    deleted = runs.conversations.delete_conversation(key)
     ws_deleted = False
     ws = broker.workspace_tools
     if ws is not None and hasattr(ws, "delete_conversation"):
-        ws_deleted = bool(ws.delete_conversation(params.conversation))
+        ws_deleted = bool(ws.delete_conversation(key))
     return ConversationsDeleteResult(deleted=deleted, workspace_deleted=ws_deleted)

@@ -25,6 +25,7 @@ from ..protocol.models_control import (
 )
 from ..protocol.names import Method
 from ..runtime.tools import DAEMON_KERNEL_CLIENT
+from .conversation_keys import conversation_key
 from .registry import method
 
 if TYPE_CHECKING:
@@ -150,8 +151,8 @@ async def tools_call(broker: Broker, caller: Caller, params: ToolsCallParams) ->
     if client_tools is not None:
         value = await client_tools(caller, origin, params.conversation, params.tool, params.arguments)
     else:
-        value = await execute_client_call(broker, caller, origin, params.conversation, params.tool,
-                                          params.arguments)
+        value = await execute_client_call(broker, caller, origin, conversation_key(origin, params.conversation),
+                                          params.tool, params.arguments)
     result = _as_dict(value)
     return ToolsCallResult(content=result["content"], is_error=result["is_error"])
 

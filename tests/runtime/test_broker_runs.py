@@ -75,14 +75,17 @@ async def test_cancel_only_by_originator_or_browser(fake):
     with pytest.raises(Refusal) as info:
         await call_method(broker, B, "run.cancel", {"run_id": run_id})
     assert info.value.code.value == "NOT_FOUND"
-    with pytest.raises(Refusal) as info:  # another notebook cannot write into A's conversation either
-        await call_method(broker, B, "run.start", {"conversation": "c1", "prompt": "hijack"})
+    # another notebook naming "c1" gets its own conversation (B has no grant here, so its run fails)
+    other = await call_method(broker, B, "run.start", {"conversation": "c1", "prompt": "hijack"})
+    assert await finished(broker, other["run_id"]) == EventType.ERROR
     with pytest.raises(Refusal) as info:
         await call_method(broker, A, "run.start", {"conversation": "c1", "prompt": "again"})
     assert info.value.code.value == "CONFLICT"
     assert (await call_method(broker, A, "run.cancel", {"run_id": run_id})) == {"cancelled": True}
     assert await finished(broker, run_id) == EventType.CANCELLED
     assert (await call_method(broker, BROWSER, "run.cancel", {"run_id": run_id})) == {"cancelled": False}
+    history = broker.runs.conversations.load_conversation(f"{A.origin}|c1")["messages"]
+    assert "hijack" not in str(history) and "go" in str(history)
 
 
 async def test_bad_params_and_unconfigured_backend(fake):

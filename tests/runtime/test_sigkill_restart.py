@@ -30,6 +30,7 @@ from relay_jupyter.backends.anthropic import AnthropicBackend
 from relay_jupyter.broker.assembly import install_components, start_components, stop_components
 from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
+from relay_jupyter.broker.conversation_keys import conversation_key
 from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.grants import GrantBook
@@ -47,6 +48,7 @@ KEY = "sk-ant-test-sigkill-0123456789"
 MODEL = "claude-test-1"
 ORIGIN = "notebook:crash.ipynb"
 CONVERSATION = "conv-crash"
+STORED = conversation_key(ORIGIN, CONVERSATION)  # the broker keys conversations by origin
 CALL_ID = "toolu_hang_0001"
 WRITE_ID = "toolu_write_0001"  # finished before the kill: its outcome is journaled, its result is not stored
 LATER_ID = "toolu_echo_0001"  # after the hang in the same turn: never started
@@ -178,10 +180,10 @@ async def test_sigkilled_mid_tool_call_restarts_interrupted_with_outcome_unknown
             (event,) = [e for e in broker.store.events_since(0)
                         if e.type == EventType.INTERRUPTED and e.run_id == run_id]
             assert event.data["outcome_unknown"] == [CALL_ID] and event.origin == ORIGIN
-            assert broker.runs.get(run_id) is None and not broker.runs.busy(CONVERSATION)
+            assert broker.runs.get(run_id) is None and not broker.runs.busy(STORED)
 
             # the stored history answers each call of the turn truthfully, in the model's order
-            messages = broker.store.load_conversation(CONVERSATION)["messages"]
+            messages = broker.store.load_conversation(STORED)["messages"]
             assert [m["role"] for m in messages] == ["user", "assistant", "user"]
             assert [b["id"] for b in messages[1]["content"] if b["type"] == "tool_use"] == \
                 [WRITE_ID, CALL_ID, LATER_ID]
@@ -214,7 +216,7 @@ async def test_sigkilled_mid_tool_call_restarts_interrupted_with_outcome_unknown
         again = _open_broker(paths, fake)
         try:
             assert _terminals(again, run_id) == [EventType.INTERRUPTED]
-            assert [m["role"] for m in again.store.load_conversation(CONVERSATION)["messages"]].count("user") == 3
+            assert [m["role"] for m in again.store.load_conversation(STORED)["messages"]].count("user") == 3
         finally:
             again.close()
     # the hanging tool started exactly once, before the kill, and never again
@@ -372,7 +374,7 @@ def test_sigkilled_daemon_restarts_interrupted_with_outcome_unknown(tmp_path):
     try:
         assert _terminals_in(store, run_id) == [EventType.INTERRUPTED]
         assert _terminals_in(store, second) == [EventType.DONE]
-        messages = store.load_conversation(CONVERSATION)["messages"]
+        messages = store.load_conversation(conversation_key(DAEMON_ORIGIN, CONVERSATION))["messages"]
         (answer,) = messages[2]["content"]
         assert answer["tool_use_id"] == CALL_ID and OUTCOME_UNKNOWN in json.dumps(answer["content"])
     finally:
