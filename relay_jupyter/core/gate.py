@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from .budgets import BudgetLedger, Reservation, RunBudget
@@ -286,6 +286,15 @@ class Gate:
                          decision="settled", code=None, t0=t0,
                          arguments={"tokens": usage.total, "cost_usd": round(cost, 6)})
         return cost
+
+    def allowed_tools(self, origin: str, names: Iterable[str]) -> list[str]:
+        """The ``names`` the live grant of ``origin`` allows, in their order: the capability set a run
+        offers the model (DESIGN.md §1). No grant (or an expired one) allows nothing — fail closed;
+        :meth:`call_tool` still refuses, and audits, any call outside the grant."""
+        grant = self.grants.get(origin)
+        if grant is None:
+            return []
+        return [n for n in names if grant.allows_tool(n)]
 
     def run_budget(self, origin: str) -> RunBudget:
         """Fresh per-run caps from the live grant of ``origin``.

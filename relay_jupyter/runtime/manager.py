@@ -136,7 +136,8 @@ class RunManager:
         self.providers.append(provider)
 
     def tool_specs(self, ctx: ToolContext) -> list[Any]:
-        """Every tool a run of ``ctx`` would be offered (for ``tools.list``)."""
+        """Every tool the providers offer to ``ctx``, before the grant filter (a run offers the model
+        only those its grant allows, see ``Gate.allowed_tools``)."""
         return ToolIndex(self.providers, ctx).specs()
 
     async def start(self, ctx: RunContext, params: RunParams) -> str:
@@ -281,8 +282,9 @@ class RunManager:
         run.history = history
         self._save(run)
         budget = await _maybe(self.gate.run_budget(ctx.origin))
+        # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
+        # refuses and audits anything outside the grant (SCOPE_EXCEEDED)
         index = ToolIndex(self.providers, run.tool_ctx, allowed=params.tools)
-        specs = index.specs()
         max_tokens = params.max_tokens or cfg.max_tokens
         while True:
             if run.steps >= cfg.max_steps:
@@ -291,6 +293,9 @@ class RunManager:
             run.steps += 1  # the gate counts the step on the RunBudget in begin_completion
             self._emit(run, EventType.STEP, {"step": run.steps})
             messages = prepare(history, result_budget=cfg.result_budget)
+            # the capability set: only what the grant allows now (re-read each step, so a grant
+            # narrowed or revoked mid-run shrinks the offer at the next request)
+            specs = await self._offered(ctx.origin, index)
             estimate = _estimate_tokens(messages, cfg.system_prompt) + max_tokens
             reservation = await _maybe(self.gate.begin_completion(ctx.origin, params.model,
                                                                   estimated_tokens=estimate, run=budget))
@@ -314,6 +319,12 @@ class RunManager:
             await self._schedule(run, index)
             self._answer_pending(run)
             self._save(run)
+
+    async def _offered(self, origin: str, index: ToolIndex) -> list[Any]:
+        """The specs of ``index`` that the live grant of ``origin`` allows (none without a grant)."""
+        specs = index.specs()
+        allowed = set(await _maybe(self.gate.allowed_tools(origin, [s.name for s in specs])))
+        return [s for s in specs if s.name in allowed]
 
     async def _schedule(self, run: _Run, index: ToolIndex) -> None:
         """A turn's calls run concurrently only when every one is parallel-safe."""

@@ -415,3 +415,22 @@ def test_bad_gate_config(rig):
     from relay_jupyter.core.gate import Gate
     with pytest.raises(ValueError):
         Gate(grants=rig.book, ledger=rig.ledger, audit=rig.audit, pricing=rig.pricing, consent_timeout=0)
+
+
+def test_allowed_tools_is_the_grant_filter_and_fails_closed():
+    from relay_jupyter.core.budgets import BudgetLedger
+    from relay_jupyter.core.gate import Gate
+    from relay_jupyter.core.grants import GrantBook
+    from relay_jupyter.core.memory import MemoryAuditSink, MemoryGrantStore, MemoryLedger
+    from relay_jupyter.core.pricing import Pricing
+    from relay_jupyter.core.types import Grant
+
+    book = GrantBook(MemoryGrantStore(), cache_ttl=0)
+    gate = Gate(grants=book, ledger=BudgetLedger(MemoryLedger()), audit=MemoryAuditSink(), pricing=Pricing())
+    assert gate.allowed_tools("notebook:a", ["x", "y"]) == []  # no grant: nothing
+    book.issue(Grant(origin="notebook:a", tools=frozenset({"y", "z"}), consent_id="c1"))
+    assert gate.allowed_tools("notebook:a", ["x", "y", "z"]) == ["y", "z"]
+    book.issue(Grant(origin="notebook:b", tools=frozenset({"*"}), consent_id="c2"))
+    assert gate.allowed_tools("notebook:b", ["x", "y"]) == ["x", "y"]
+    book.revoke("notebook:a")
+    assert gate.allowed_tools("notebook:a", ["y"]) == []
