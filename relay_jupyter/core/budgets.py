@@ -75,6 +75,23 @@ class TokenBucket:
             return True
         return False
 
+    def resize(self, rate_per_minute: float) -> None:
+        """Follow a new limit, keeping what was *used*: the requests made recently (``capacity -
+        available``, as refilled at the old rate up to now) count against the new capacity, clamped
+        to empty. So a wider limit gives only the difference at once, a narrower one never refills,
+        and the same limit changes nothing (see docs/gate.md §6, "Rate").
+
+        Raises:
+            ValueError: ``rate_per_minute`` is not positive.
+        """
+        if not rate_per_minute > 0:
+            raise ValueError("rate_per_minute must be positive")
+        self._refill()
+        used = self.capacity - self._tokens
+        self.rate = float(rate_per_minute)
+        self.capacity = max(1.0, self.rate)
+        self._tokens = min(self.capacity, max(0.0, self.capacity - used))
+
     def retry_after(self, n: float = 1.0) -> float:
         """Seconds until ``n`` could be taken."""
         self._refill()
@@ -131,13 +148,15 @@ class BudgetLedger:
 
     # -- rate ------------------------------------------------------------------------------
     def _bucket(self, origin: str, rpm: float) -> TokenBucket:
+        # One bucket per origin, outliving grants: it counts the origin's recent requests, and the
+        # current grant's limit only decides how many are allowed. Keyed by origin, not by grant, so a
+        # revoke + re-issue at the same limit cannot reset the rate; resized (used kept) when the limit
+        # changes, so an exhausted bucket of an old limit does not starve a wider new one.
         bucket = self._buckets.get(origin)
-        if bucket is None or bucket.rate != rpm:
-            # A changed limit (a narrowed grant) starts a new bucket, never fuller than the old one.
-            fresh = TokenBucket(rpm, clock=self._mono)
-            if bucket is not None:
-                fresh._tokens = min(fresh.capacity, bucket.available())
-            self._buckets[origin] = bucket = fresh
+        if bucket is None:
+            self._buckets[origin] = bucket = TokenBucket(rpm, clock=self._mono)
+        elif bucket.rate != rpm:
+            bucket.resize(rpm)
         return bucket
 
     def take_request(self, origin: str, grant: Grant) -> None:
@@ -219,6 +238,8 @@ class BudgetLedger:
             held = self._held.get((origin, day), [0, 0.0])
             rpm = budget.requests_per_minute if budget is not None else None
             bucket = self._buckets.get(origin)
+            if bucket is not None and rpm is not None and 0 < rpm < float("inf"):
+                bucket = self._bucket(origin, rpm)  # report against the given grant's limit
             available = bucket.available() if bucket is not None else rpm
         return {
             "day": day,

@@ -60,6 +60,77 @@ def test_narrowed_rate_does_not_refill_the_bucket():
         led.take_request("nb", grant(requests_per_minute=5))
 
 
+def test_widened_rate_after_exhaustion_is_not_refused_at_once():
+    """A run refused at 3/min, then a fresh grant allowing 30/min: the 3 requests of the last minute
+    count against 30, they do not leave an empty bucket sized for 3."""
+    mono = FakeClock(0.0)
+    led = BudgetLedger(MemoryLedger(), monotonic=mono)
+    for _ in range(3):
+        led.take_request("nb", grant(requests_per_minute=3))
+    with pytest.raises(GateRefusal):
+        led.take_request("nb", grant(requests_per_minute=3))
+    wide = grant(requests_per_minute=30)
+    for _ in range(27):  # 30 per minute, minus the 3 already made
+        led.take_request("nb", wide)
+    with pytest.raises(GateRefusal) as ei:
+        led.take_request("nb", wide)
+    assert "30 requests per minute" in ei.value.message
+    assert ei.value.data["retry_after"] == pytest.approx(2.0)  # refilled at the new rate: 60/30 s a request
+    assert led.usage("nb", wide)["rpm_available"] == pytest.approx(0.0)
+
+
+def test_reissue_at_the_same_rate_does_not_refill():
+    mono = FakeClock(0.0)
+    led = BudgetLedger(MemoryLedger(), monotonic=mono)
+    for _ in range(5):
+        led.take_request("nb", grant(requests_per_minute=5))
+    # revoke + a new grant at the same limit: still the same recent requests, still empty
+    with pytest.raises(GateRefusal):
+        led.take_request("nb", grant(requests_per_minute=5.0))
+
+
+def test_narrowing_keeps_what_was_used_and_never_refills():
+    mono = FakeClock(0.0)
+    led = BudgetLedger(MemoryLedger(), monotonic=mono)
+    for _ in range(4):
+        led.take_request("nb", grant(requests_per_minute=10))  # 6 left of 10
+    assert led.usage("nb", grant(requests_per_minute=8))["rpm_available"] == pytest.approx(4.0)
+    # a ladder of narrowings (no consent needed) cannot reset the rate: each keeps the 4 used
+    for rpm in (7, 6, 5):
+        assert led.usage("nb", grant(requests_per_minute=rpm))["rpm_available"] == pytest.approx(rpm - 4)
+    led.take_request("nb", grant(requests_per_minute=5))
+    with pytest.raises(GateRefusal):
+        led.take_request("nb", grant(requests_per_minute=5))
+    # narrowed below what was used: empty, not negative; back up (a fresh consent) gives only the difference
+    assert led.usage("nb", grant(requests_per_minute=2))["rpm_available"] == pytest.approx(0.0)
+    assert led.usage("nb", grant(requests_per_minute=10))["rpm_available"] == pytest.approx(8.0)
+
+
+def test_rate_follows_the_grant_through_the_gate():
+    """Revoke + fresh grant at a higher rate is usable at once; revoke + fresh grant at the same rate is not."""
+    from core_support import make_rig
+
+    from relay_jupyter.core.types import Grant
+
+    rig = make_rig()
+
+    def issue(consent: str, rpm: float) -> None:
+        rig.book.revoke("nb")
+        rig.book.issue(Grant(origin="nb", tools=frozenset({"*"}), models=frozenset({"*"}), consent_id=consent,
+                             budget=Budget(requests_per_minute=rpm)))
+
+    issue("c1", 3)
+    for _ in range(3):
+        rig.gate.begin_completion("nb", "claude-test", estimated_tokens=1).release()
+    with pytest.raises(GateRefusal):
+        rig.gate.begin_completion("nb", "claude-test", estimated_tokens=1)
+    issue("c2", 3)
+    with pytest.raises(GateRefusal):
+        rig.gate.begin_completion("nb", "claude-test", estimated_tokens=1)
+    issue("c3", 30)
+    rig.gate.begin_completion("nb", "claude-test", estimated_tokens=1).release()
+
+
 def test_reserve_settle_release():
     clock = FakeClock()
     port = MemoryLedger()
