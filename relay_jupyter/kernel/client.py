@@ -26,7 +26,7 @@ from urllib.parse import quote, urlsplit
 
 from .errors import AgentError, BrokerUnreachable, RpcError
 
-__all__ = ["Endpoint", "RelayClient", "MAX_RESPONSE_BYTES"]
+__all__ = ["MAX_RESPONSE_BYTES", "Endpoint", "RelayClient"]
 
 #: An RPC response larger than this is refused (the broker's own results are small and bounded).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024

@@ -20,7 +20,7 @@ from typing import Any
 
 from .widgets.consent_card import card_text
 
-__all__ = ["ConsentPolicy", "Answer", "detect_surface", "ask", "SURFACES"]
+__all__ = ["SURFACES", "Answer", "ConsentPolicy", "ask", "detect_surface"]
 
 SURFACES = ("auto", "widget", "input", "headless")
 _FALSY = ("", "0", "false", "no", "off")

@@ -24,7 +24,7 @@ from pathlib import Path
 from .client import Endpoint
 from .errors import BrokerUnreachable
 
-__all__ = ["discover", "default_socket_path", "daemon_command", "DAEMON_IDLE_TIMEOUT"]
+__all__ = ["DAEMON_IDLE_TIMEOUT", "daemon_command", "default_socket_path", "discover"]
 
 DAEMON_IDLE_TIMEOUT = 600
 
@@ -69,14 +69,18 @@ def _socket_answers(path: Path) -> bool:
         probe.close()
 
 
-async def _start_daemon(path: Path, wait: float) -> None:
+def _spawn_daemon(path: Path, log: Path) -> subprocess.Popen[bytes]:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
-    log = path.parent / "daemon.log"
     with open(log, "ab") as sink:
         # detached: own session, so it outlives this kernel and is shared by the user's kernels
-        process = subprocess.Popen(daemon_command(path), stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
-                                   start_new_session=True, close_fds=True)
+        return subprocess.Popen(daemon_command(path), stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                start_new_session=True, close_fds=True)
+
+
+async def _start_daemon(path: Path, wait: float) -> None:
+    log = path.parent / "daemon.log"
+    process = _spawn_daemon(path, log)  # a fork+exec: quick, not worth a thread
     deadline = asyncio.get_running_loop().time() + wait
     while asyncio.get_running_loop().time() < deadline:
         if _socket_answers(path):

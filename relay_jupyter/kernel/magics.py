@@ -28,7 +28,7 @@ from .conversations import valid_chat_name
 from .errors import AgentError, AgentUsageError
 from .session import RunOptions, Session
 
-__all__ = ["AgentMagics", "parse_line", "run_cell_async", "USAGE"]
+__all__ = ["USAGE", "AgentMagics", "parse_line", "run_cell_async"]
 
 USAGE = ("usage: %%agent [--model M] [--backend anthropic|openai] [--chat NAME] [--new] [--mode ask|review|full] "
          "[--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg]")
@@ -169,9 +169,9 @@ class AgentMagics(Magics):
             task = asyncio.ensure_future(self._background(opts))
             self.session.runs[str(id(task))] = task
             task.add_done_callback(lambda t: self.session.runs.pop(str(id(t)), None))
-            return None
+            return
         await self.session.run(opts)
-        return None
+        return
 
     async def _background(self, opts: RunOptions) -> None:
         # ipykernel keeps the parent message in a context variable copied into this task, so output

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["escape_markdown", "Segmenter"]
+__all__ = ["Segmenter", "escape_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _SAFE_SCHEMES = ("http", "https", "mailto")

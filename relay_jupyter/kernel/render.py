@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from .markdown import Segmenter, escape_markdown
 
-__all__ = ["Sink", "DisplaySink", "TextSink", "StreamView"]
+__all__ = ["DisplaySink", "Sink", "StreamView", "TextSink"]
 
 INDICATOR = "⏳ *working…*"
 

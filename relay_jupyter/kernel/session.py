@@ -23,7 +23,7 @@ from .errors import AgentError, RpcError, message_for
 from .render import StreamView, TextSink
 from .tools import KernelTools, summarize
 
-__all__ = ["RunOptions", "Session", "EventPump"]
+__all__ = ["EventPump", "RunOptions", "Session"]
 
 _BUFFER_RUNS = 32          # runs whose events may arrive before run.start returns their id
 _BUFFER_EVENTS = 10_000    # per such run

@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-__all__ = ["KernelTools", "summarize", "MAX_RESULT_CHARS"]
+__all__ = ["MAX_RESULT_CHARS", "KernelTools", "summarize"]
 
 MAX_RESULT_CHARS = 16_000
 MAX_CODE_CHARS = 100_000
@@ -44,7 +44,7 @@ def summarize(name: str, value: Any, limit: int = 4000) -> str:
     kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
     try:
         text = repr(value)
-    except Exception as exc:  # a hostile __repr__ must not break the tool
+    except Exception as exc:  # noqa: BLE001 -- a hostile __repr__ must not break the tool
         text = f"<repr failed: {type(exc).__name__}>"
     head = f"{name}: {kind}" + (f" shape={tuple(shape)}" if isinstance(shape, tuple) else "")
     return _cut(f"{head}\n{text}", limit)
@@ -128,7 +128,7 @@ class KernelTools:
         if result.result is not None:
             try:
                 parts.append("result:\n" + repr(result.result))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- user objects' __repr__ may raise anything
                 parts.append(f"result: <repr failed: {type(exc).__name__}>")
         error = result.error_before_exec or result.error_in_exec
         if error is not None:

@@ -17,7 +17,7 @@ import itertools
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 import tornado.web
 from tornado.httpserver import HTTPServer
@@ -118,14 +118,14 @@ class FakeBroker:
         self.run_tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle
-    def __enter__(self) -> FakeBroker:
+    def __enter__(self) -> Self:
         ready = threading.Event()
         self.thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
         self.thread.start()
         ready.wait(10)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         assert self.loop is not None
         self.loop.call_soon_threadsafe(self._stop)
         self.thread.join(10)

@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from jupyter_client.blocking import BlockingKernelClient
 
@@ -45,7 +45,7 @@ class RealServer:
                    JUPYTER_RUNTIME_DIR=str(self.tmp / "rt"), IPYTHONDIR=str(self.tmp / "ipython"))
         return env
 
-    def __enter__(self) -> RealServer:
+    def __enter__(self) -> Self:
         self.root.mkdir(parents=True, exist_ok=True)
         cfg = self.tmp / "cfg"
         (cfg / "labconfig").mkdir(parents=True, exist_ok=True)
@@ -69,7 +69,7 @@ class RealServer:
         self.__exit__()
         raise RuntimeError("jupyter server did not start: " + (self.tmp / "server.log").read_text()[-2000:])
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         for kc in self.clients:
             kc.stop_channels()
         self.proc.terminate()

@@ -7,7 +7,6 @@ file gets written. Clicks are sent as the comm messages a browser sends.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,7 +47,7 @@ def clicker(kc: Any, label: str) -> tuple[Any, list[str]]:
 
 
 def test_first_cell_connects_then_streams(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
-    srv, fake, kc = stack
+    _, fake, kc = stack
     fake.enqueue(Reply(text("Hello from the **fake** model.")))
     observe, clicked = clicker(kc, "Connect")
     reply, msgs = execute(kc, f"%%agent --model {MODEL}\nsay hello", on_iopub=observe, timeout=60)
@@ -95,7 +94,7 @@ def test_headless_denies_a_write(stack: tuple[RealServer, FakeAnthropic, Any]) -
 
 
 def test_read_tool_runs_without_a_card(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
-    srv, fake, kc = stack
+    _, fake, kc = stack
     execute(kc, "import pandas as pd\nsales = pd.DataFrame({'q': [1, 2], 'v': [3.5, 4.5]})")
     fake.enqueue(Reply(tool_use("describe_dataframe", {"name": "sales"})))
     fake.enqueue(Reply(text("It has two rows.")))
@@ -107,7 +106,7 @@ def test_read_tool_runs_without_a_card(stack: tuple[RealServer, FakeAnthropic, A
 
 
 def test_hostile_answer_renders_escaped(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
-    srv, fake, kc = stack
+    _, fake, kc = stack
     fake.enqueue(Reply(text('<script>alert(1)</script><img src=x onerror=alert(2)> [x](javascript:alert(3))')))
     reply, msgs = execute(kc, "%%agent\nbe hostile", timeout=60)
     assert reply["status"] == "ok"
@@ -116,7 +115,7 @@ def test_hostile_answer_renders_escaped(stack: tuple[RealServer, FakeAnthropic, 
 
 
 def test_unknown_model_fails_with_one_line(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
-    srv, fake, kc = stack
+    _, _, kc = stack
     reply, msgs = execute(kc, "%%agent --model not-granted-model\nhi", timeout=60)
     assert reply["status"] == "error"
     (tb,) = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]

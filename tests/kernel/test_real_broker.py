@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +20,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
 
 def test_kernel_gets_address_and_credential_but_no_secret(server: RealServer) -> None:
     kc = server.kernel_for("env.ipynb")
-    reply, msgs = execute(kc, "import os\nprint(sorted(k for k in os.environ if k.startswith('RELAY_')))\n"
+    _, msgs = execute(kc, "import os\nprint(sorted(k for k in os.environ if k.startswith('RELAY_')))\n"
                               "print('JPY' in ''.join(os.environ))")
     assert "'RELAY_KERNEL_CREDENTIAL', 'RELAY_URL'" in text_of(msgs)
 
@@ -53,12 +51,13 @@ def test_relay_helpers_against_the_real_broker(server: RealServer) -> None:
     assert reply["status"] == "ok" and "+c" in text_of(msgs)
 
 
-def test_agent_cell_without_runtime_or_backend_fails_with_one_line(server: RealServer) -> None:
+def test_unconfigured_backend_fails_with_one_line(server: RealServer) -> None:
     kc = server.kernel_for("nobackend.ipynb")
     execute(kc, "%load_ext relay_jupyter")
     execute(kc, "s = get_ipython().magics_manager.registry['AgentMagics'].session\n"
                 "await (await s.get_client()).call('grants.create', {'tools': ['*'], 'models': ['*']})")
-    reply, msgs = execute(kc, "%%agent\nhello")
+    reply, msgs = execute(kc, "%%agent --backend openai\nhello")
     assert reply["status"] == "error"
     (tb,) = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
     assert len(tb) == 1 and tb[0].startswith("\x1b[0;31mrelay:"), tb
+    assert "openai" in tb[0].lower() or "backend" in tb[0].lower(), tb

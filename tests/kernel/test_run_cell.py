@@ -99,7 +99,7 @@ def test_click_approve_arrives_while_the_cell_runs(kernel: Any, broker: FakeBrok
 def test_click_always_allow_sends_notebook_scope(kernel: Any, broker: FakeBroker) -> None:
     broker.script([("permission", {"tool": "write_file", "arguments": {}})])
     observe, clicked = _click_when_card_appears(kernel, "Always allow for this notebook")
-    reply, msgs = execute(kernel, "%%agent\nwrite", on_iopub=observe)
+    reply, _ = execute(kernel, "%%agent\nwrite", on_iopub=observe)
     assert reply["status"] == "ok" and clicked
     assert broker.answers[-1] == {"request_id": broker.answers[-1]["request_id"], "decision": "allow",
                                   "scope": "notebook"}

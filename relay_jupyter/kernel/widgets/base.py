@@ -6,7 +6,7 @@ import html
 import json
 from typing import Any
 
-__all__ = ["show", "update", "esc", "pretty_json", "short"]
+__all__ = ["esc", "pretty_json", "short", "show", "update"]
 
 
 def esc(value: Any) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from .base import esc, pretty_json, short, show, update
 from .diff_view import DiffView
 
-__all__ = ["ConsentCard", "card_text", "CHOICES"]
+__all__ = ["CHOICES", "ConsentCard", "card_text"]
 
 #: (button label, decision, scope, button style)
 CHOICES = (
@@ -32,8 +32,8 @@ def _when(ts: float) -> str:
 
 def card_text(data: dict[str, Any], status: str = "waiting for your answer") -> str:
     """The text fallback of a card (also what a terminal prompt shows)."""
-    lines = [f"relay: permission request -- {data.get('tool')} "
-             f"({data.get('tool_class', 'write')}, server: {data.get('server') or 'built-in'})"]
+    lines = [(f"relay: permission request -- {data.get('tool')} "
+              f"({data.get('tool_class', 'write')}, server: {data.get('server') or 'built-in'})")]
     lines.append("arguments: " + short(pretty_json(data.get("arguments", {}), 2000), 2000))
     for reason in data.get("reasons") or []:
         lines.append(f"  - {short(str(reason), 300)}")
@@ -61,10 +61,10 @@ class ConsentCard:
         preview = data.get("preview") or {}
         rows = [
             f"<b>🔐 Permission request</b> — <code>{esc(data.get('tool'))}</code>",
-            f"<div>class: <b>{esc(data.get('tool_class', 'write'))}</b> · server: "
-            f"{esc(data.get('server') or 'built-in')} · run: {esc(data.get('run_id') or '')}</div>",
-            "<div>arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
-            f"{esc(pretty_json(data.get('arguments', {})))}</pre>",
+            (f"<div>class: <b>{esc(data.get('tool_class', 'write'))}</b> · server: "
+             f"{esc(data.get('server') or 'built-in')} · run: {esc(data.get('run_id') or '')}</div>"),
+            ("<div>arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
+             f"{esc(pretty_json(data.get('arguments', {})))}</pre>"),
         ]
         reasons = data.get("reasons") or []
         if reasons:

@@ -9,7 +9,7 @@ from typing import Any
 
 from .base import esc, pretty_json, short, show
 
-__all__ = ["GrantsTable", "BudgetMeters", "RunView", "budget_numbers"]
+__all__ = ["BudgetMeters", "GrantsTable", "RunView", "budget_numbers"]
 
 
 def _fmt_list(value: Any) -> str:
@@ -56,7 +56,7 @@ class GrantsTable:
             try:
                 await self.revoke(origin)
                 note.value = f"<b>revoked at {time.strftime('%H:%M:%S')}</b>"
-            except Exception as exc:  # shown on the row: a click must never raise into the kernel
+            except Exception as exc:  # noqa: BLE001 -- shown on the row: a click must never raise into the kernel
                 note.value = f"<b style='color:#b00'>{esc(getattr(exc, 'message', str(exc)))}</b>"
                 button.disabled = False
 
