@@ -254,6 +254,10 @@ class BudgetLedger:
         }
 
 
+def _stricter(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
 class RunBudget:
     """Per-run caps: model steps and tokens (``grant.budget.max_steps_per_run`` / ``max_tokens_per_run``)."""
 
@@ -263,6 +267,15 @@ class RunBudget:
         self.steps = 0
         self.tokens = 0
         self._lock = threading.Lock()
+
+    def narrow_to(self, max_steps: int | None, max_tokens: int | None) -> None:
+        """Tighten the caps to the stricter of the current ones and these (None: no limit on that
+        axis). The gate calls it with the live grant's caps at every model request, so a grant
+        narrowed mid-run takes effect at the run's next step; a widened grant never widens a
+        running run (its caps only ever come down)."""
+        with self._lock:
+            self.max_steps = _stricter(self.max_steps, max_steps)
+            self.max_tokens = _stricter(self.max_tokens, max_tokens)
 
     def check_step(self) -> None:
         """Raise if one more step would pass the cap (counts nothing)."""

@@ -10,8 +10,8 @@ Tool calls (:meth:`Gate.call_tool`), in the order of DESIGN.md §2, fail-closed 
     5 execute    audit the decision, then run ``execute()``
 
 Model requests (:meth:`Gate.begin_completion` / :meth:`Gate.settle_completion`): grant, model
-allowlist, rate, per-run step and token caps, then a day reservation of tokens and worst-case
-cost; settled with the actual usage afterwards.
+allowlist, rate, per-run step and token caps (tightened to the live grant's at each request), then
+a day reservation of tokens and worst-case cost; settled with the actual usage afterwards.
 
 Every decision is audited — refusals included — with arguments only in redacted form. The
 allow record is written *before* the tool runs: if the audit sink fails, the tool does not
@@ -242,6 +242,8 @@ class Gate:
                                   data={"model": model})
             self.ledger.take_request(origin, grant)
             if run is not None:
+                # the live grant's caps, not only those of the run's start (a narrowed grant binds now)
+                run.narrow_to(grant.budget.max_steps_per_run, grant.budget.max_tokens_per_run)
                 run.check_step()
                 run.check_tokens(estimated_tokens)
             cost = self.pricing.estimate(model, estimated_tokens)

@@ -434,3 +434,23 @@ def test_allowed_tools_is_the_grant_filter_and_fails_closed():
     assert gate.allowed_tools("notebook:b", ["x", "y"]) == ["x", "y"]
     book.revoke("notebook:a")
     assert gate.allowed_tools("notebook:a", ["y"]) == []
+
+
+def test_run_caps_follow_a_grant_narrowed_mid_run(rig):
+    """A run's caps are the stricter of those at its start and those of the live grant now: narrowing
+    the grant (the user reining in a runaway run) takes effect at the run's next request."""
+    give(rig, budget=Budget(requests_per_minute=None, max_steps_per_run=10, max_tokens_per_run=10_000))
+    run = rig.gate.run_budget(ORIGIN)
+    res = rig.gate.begin_completion(ORIGIN, MODEL, estimated_tokens=100, run=run)
+    rig.gate.settle_completion(res, MODEL, Usage(output_tokens=100), run)
+    rig.book.narrow(ORIGIN, budget=Budget(requests_per_minute=None, max_steps_per_run=1, max_tokens_per_run=10_000))
+    with pytest.raises(GateRefusal) as ei:
+        rig.gate.begin_completion(ORIGIN, MODEL, estimated_tokens=1, run=run)
+    assert ei.value.data["limit"] == "max_steps_per_run"
+    run2 = rig.gate.run_budget(ORIGIN)
+    rig.book.narrow(ORIGIN, budget=Budget(requests_per_minute=None, max_steps_per_run=1, max_tokens_per_run=50))
+    with pytest.raises(GateRefusal) as ei:
+        rig.gate.begin_completion(ORIGIN, MODEL, estimated_tokens=51, run=run2)
+    assert ei.value.data["limit"] == "max_tokens_per_run"
+    assert (run2.max_steps, run2.max_tokens) == (1, 50)
+    assert rig.ledger.usage(ORIGIN)["reserved_tokens"] == 0
