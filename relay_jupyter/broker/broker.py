@@ -112,7 +112,7 @@ class Broker:
             check_private_file(Path(config.secrets_file))
         store = Store.open(root / "relay.db")
         try:
-            audit = AuditLog(root / "audit.jsonl")
+            audit = AuditLog(root / config.audit_file)
         except BaseException:
             store.close()
             raise

@@ -63,6 +63,9 @@ class BrokerConfig(BaseModel):
     data_dir: Path | None = None
     """Where the SQLite store and audit log live; None = ``<jupyter data dir>/relay``."""
     in_memory: bool = False
+    audit_file: str = Field("audit.jsonl", pattern=r"^[A-Za-z0-9_.-]{1,64}\.jsonl$")
+    """Audit log file name in the data dir. The standalone daemon writes ``audit-daemon.jsonl`` so that it
+    can run beside a relay-enabled Jupyter server on the same data dir (one writer per audit log)."""
     """Use the in-memory ports (tests, benchmarks); nothing is written to disk."""
     consent_timeout: float = Field(300.0, gt=0, le=86_400)
     """Seconds a permission request waits for its originator before it is denied (PERMISSION_TIMEOUT)."""

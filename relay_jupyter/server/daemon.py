@@ -6,7 +6,7 @@
 Files (``<data dir>`` is ``<jupyter data dir>/relay`` unless ``--data-dir``; ``<runtime>`` is
 ``<jupyter runtime dir>/relay``):
 
-- ``<data dir>/relay.db``, ``audit.jsonl``: the broker's store, as inside Jupyter;
+- ``<data dir>/relay.db``, ``audit-daemon.jsonl``: the broker's store as inside Jupyter, with its own audit log (one writer per log);
 - ``<data dir>/daemon_token``: the TCP bearer token (0600), created on the first TCP start;
 - ``<data dir>/logs/daemon.log`` (rotated) and ``logs/auth.jsonl``: what ``jupyter relay logs`` prints;
 - ``<runtime>/daemon-<pid>.json``: the state file ``jupyter relay status|stop`` read (listen
@@ -210,7 +210,9 @@ class _Daemon:
         root = ensure_private_dir(Path(opts.config.data_dir)) if opts.config.data_dir else default_data_dir()
         file_handler = _setup_logging(root)
         auth_log = AuthLog(root / LOG_DIR / AUTH_LOG)
-        config = opts.config.model_copy(update={"data_dir": root}) if not opts.config.in_memory else opts.config
+        # its own audit log: a relay-enabled Jupyter server may hold audit.jsonl's writer lock on the same data dir
+        config = opts.config.model_copy(update={"data_dir": root, "audit_file": "audit-daemon.jsonl"}) \
+            if not opts.config.in_memory else opts.config
         listen = opts.listen
         tokens = None
         if listen.kind == "tcp":

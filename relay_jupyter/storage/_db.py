@@ -59,9 +59,21 @@ def _create_private(path: Path) -> None:
     """Create the file 0600 before SQLite opens it; SQLite gives new -wal and -shm files the same mode.
 
     Existing files are tightened too: another module's connection may have created them first.
+
+    An existing database file is never opened here: SQLite's locks are POSIX advisory locks, which
+    belong to the process and are all dropped when the process closes *any* descriptor of the file.
+    Opening and closing ``relay.db`` while another connection of this process (the store, the
+    checkpoint journal) has it open would silently release that connection's locks; another
+    process's connection then believes it is the last one, checkpoints and deletes the WAL, and this
+    process goes on reading a stale snapshot forever (a grant revoked from the terminal stayed live
+    in the daemon). ``O_EXCL`` only ever creates a file nobody has open.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
     for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         try:
             os.chmod(p, 0o600)

@@ -92,8 +92,10 @@ def test_grant_from_terminal_is_seen_by_a_running_daemon(unix_daemon):
         done = run_cli(unix_daemon.root, "grants", "add", "daemon:terminal-test", "--tools", "list_variables",
                        "--models", "m1", "--budget", "tokens=100")
         assert done.returncode == 0, done.stderr
-        # the broker holds the audit log: the terminal says so, the grant is still issued
-        assert "audit log" in done.stderr
+        # the daemon writes its own audit-daemon.jsonl, so the terminal's grant is audited in audit.jsonl
+        assert "audit log" not in done.stderr
+        records = read_audit_file(unix_daemon.root / "data" / "relay" / "audit.jsonl")
+        assert [r["origin"] for r in records if r["tool"] == "grant.create"] == ["daemon:terminal-test"]
 
         def seen() -> bool:
             return conn.rpc("grants.get", {}, headers)["result"]["grant"] is not None
