@@ -15,6 +15,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,8 +104,10 @@ async def _ask_input(data: dict[str, Any], timeout: float, in_kernel: bool) -> A
     return Answer(decision, scope, "you (terminal)")
 
 
-async def ask(data: dict[str, Any], surface: str, policy: ConsentPolicy, shell: Any = None) -> Answer:
-    """Decide one ``permission.request`` (its event data) on ``surface``."""
+async def ask(data: dict[str, Any], surface: str, policy: ConsentPolicy, shell: Any = None,
+              on_card: Callable[[Any], None] | None = None) -> Answer:
+    """Decide one ``permission.request`` (its event data) on ``surface``. ``on_card`` receives the
+    consent card (widget surface) so the caller can mark it when someone else answers."""
     timeout = _remaining(data, policy)
     if surface == "headless":
         tool = str(data.get("tool", ""))
@@ -120,6 +123,8 @@ async def ask(data: dict[str, Any], surface: str, policy: ConsentPolicy, shell: 
 
     card = ConsentCard(data)
     card.show()
+    if on_card is not None:
+        on_card(card)
     decision, scope = await card.wait(timeout)
     who = "nobody" if decision == "timeout" else "you (click)"
     return Answer(decision, scope, who)

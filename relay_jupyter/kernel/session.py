@@ -9,6 +9,7 @@ failed, so there is no false green.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -258,13 +259,22 @@ class RunFollower:
         self.cost = 0.0
         self.timeouts: list[str] = []
         self.steps: dict[str, dict[str, Any]] = {}
+        self.seen_requests: set[str] = set()   # a reconnect replays pending requests: handle each once
+        self.backlog: collections.deque[dict[str, Any]] = collections.deque()
+        self.queue: asyncio.Queue[dict[str, Any]] | None = None
 
     async def follow(self, queue: asyncio.Queue[dict[str, Any]]) -> str:
+        self.queue = queue
         self.view.resume()
         while True:
-            event = await queue.get()
+            event = self.backlog.popleft() if self.backlog else await queue.get()
             kind = event.get("type")
             data = event.get("data") or {}
+            request_id = str(data.get("request_id", ""))
+            if kind in (EventType.PERMISSION_REQUEST, EventType.KERNEL_TOOL_REQUEST):
+                if request_id in self.seen_requests:
+                    continue
+                self.seen_requests.add(request_id)
             if kind == EventType.TEXT_DELTA:
                 self.view.text(str(data.get("text", "")))
             elif kind == EventType.PERMISSION_REQUEST:
@@ -340,7 +350,28 @@ class RunFollower:
     async def _permission(self, data: dict[str, Any]) -> None:
         self.view.pause()
         self.steps.setdefault(str(data.get("call_id", "")), {"tool": data.get("tool", "?"), "display": None})
-        answer: Answer = await ask(data, self.surface, self.session.policy, self.session.shell)
+        cards: list[Any] = []
+        asking = asyncio.ensure_future(ask(data, self.surface, self.session.policy, self.session.shell,
+                                           on_card=cards.append))
+        elsewhere = await self._watch_elsewhere(asking, str(data.get("request_id", "")))
+        if elsewhere is not None:
+            # answered from another place (the owner's browser side panel) or ended by the broker
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
+            who = elsewhere.get("answered_by") or "the broker"
+            decision = str(elsewhere.get("decision") or "timeout")
+            if elsewhere.get("_timeout"):
+                self.timeouts.append(str(data.get("tool") or "a tool"))
+            for card in cards:
+                if not card.future.done():
+                    card.answered = True
+                    card.future.set_result((decision, str(elsewhere.get("scope") or "once")))
+                    card.mark(decision, str(elsewhere.get("scope") or "once"), str(who),
+                              float(elsewhere.get("answered_at") or time.time()))
+            self.view.resume("⏳ *working…*")
+            return
+        answer: Answer = asking.result()
         decision = "allow" if answer.decision == "allow" else "deny"
         if answer.decision == "timeout":
             self.timeouts.append(str(data.get("tool") or "a tool"))
@@ -351,6 +382,28 @@ class RunFollower:
             # the broker already decided (its own timeout, another answer): the run reports the outcome
             print(f"relay: answer not accepted: {exc.message}")
         self.view.resume("⏳ *working…*")
+
+    async def _watch_elsewhere(self, asking: asyncio.Future[Answer], request_id: str) -> dict[str, Any] | None:
+        """Wait for our own answer, while watching the run's events for this request being resolved
+        elsewhere; other events that arrive meanwhile are kept, in order, for later."""
+        assert self.queue is not None
+        while not asking.done():
+            getting = asyncio.ensure_future(self.queue.get())
+            done, _ = await asyncio.wait({asking, getting}, return_when=asyncio.FIRST_COMPLETED)
+            if getting not in done:
+                getting.cancel()
+                break
+            event = getting.result()
+            data = event.get("data") or {}
+            kind = event.get("type")
+            if str(data.get("request_id", "")) == request_id and kind in (EventType.PERMISSION_RESOLVED,
+                                                                         EventType.PERMISSION_TIMEOUT):
+                return {**data, "_timeout": kind == EventType.PERMISSION_TIMEOUT}
+            if kind in TERMINAL_EVENTS or kind == "_lost":
+                self.backlog.append(event)
+                return {"decision": "cancelled", "answered_by": "the end of the run"}
+            self.backlog.append(event)
+        return None
 
     async def _kernel_tool(self, data: dict[str, Any]) -> None:
         tool = str(data.get("tool", ""))

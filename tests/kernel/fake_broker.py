@@ -230,7 +230,18 @@ class FakeBroker:
                         "deadline": time.time() + 60, **step[1]}
                 waiter = asyncio.ensure_future(self._wait(request_id))
                 self.emit("permission.request", data, run_id)
-                answer = await waiter
+                options = step[2] if len(step) > 2 else {}
+                if "replay" in options:  # a reconnecting client gets pending requests again
+                    self.emit("permission.request", data, run_id)
+                if "elsewhere_after" in options:  # the owner's browser answers first
+                    await asyncio.sleep(options["elsewhere_after"])
+                    self._waiting.pop(request_id, None)
+                    waiter.cancel()
+                    answer = {"request_id": request_id, "decision": "allow", "scope": "once"}
+                    self.emit("permission.resolved", {**answer, "answered_by": "browser:alice",
+                                                      "answered_at": time.time()}, run_id)
+                else:
+                    answer = await waiter
                 self.emit("run.tool_decided", {"run_id": run_id, "call_id": "c1", "decision": answer["decision"]},
                           run_id)
             elif kind == "kernel_tool":

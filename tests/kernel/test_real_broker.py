@@ -61,3 +61,24 @@ def test_unconfigured_backend_fails_with_one_line(server: RealServer) -> None:
     (tb,) = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
     assert len(tb) == 1 and tb[0].startswith("\x1b[0;31mrelay:"), tb
     assert "openai" in tb[0].lower() or "backend" in tb[0].lower(), tb
+
+
+def test_revoke_button_revokes_the_grant(server: RealServer) -> None:
+    kc = server.kernel_for("revoke.ipynb")
+    execute(kc, "%load_ext relay_jupyter")
+    execute(kc, "s = get_ipython().magics_manager.registry['AgentMagics'].session\n"
+                "c = await s.get_client()\n"
+                "await c.call('grants.create', {'tools': ['list_variables'], 'models': ['*']})")
+    reply, msgs = execute(kc, "relay.grants()")
+    assert reply["status"] == "ok", text_of(msgs)
+    (button,) = [m["content"]["comm_id"] for m in msgs if m["msg_type"] == "comm_open"
+                 and m["content"]["data"]["state"].get("description") == "Revoke"]
+    kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": button, "data": {
+        "method": "custom", "content": {"event": "click"}}}))
+    # the click's task runs on the kernel's loop; the next cell waits for the broker to agree
+    reply, msgs = execute(kc, "import asyncio\n"
+                              "for _ in range(100):\n"
+                              "    if (await c.call('grants.get'))['grant'] is None: break\n"
+                              "    await asyncio.sleep(0.05)\n"
+                              "print('grant', (await c.call('grants.get'))['grant'])")
+    assert "grant None" in text_of(msgs)

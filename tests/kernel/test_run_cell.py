@@ -194,3 +194,23 @@ def test_hostile_answer_is_escaped(kernel: Any, broker: FakeBroker) -> None:
     assert "<script>" not in markdown and "<img" not in markdown and "](javascript:" not in markdown
     assert "&lt;script>" in markdown and "`<b>code</b>`" in markdown
     json.dumps(markdown)
+
+
+def test_answer_from_elsewhere_updates_the_card_and_the_run_goes_on(kernel: Any, broker: FakeBroker) -> None:
+    broker.script([("permission", {"tool": "write_file", "arguments": {}}, {"elsewhere_after": 0.5}),
+                   ("text", "carried on")])
+    seen: list[dict[str, Any]] = []
+    answers_before = len(broker.answers)
+    reply, msgs = execute(kernel, "%%agent\nwrite", on_iopub=seen.append, timeout=20)
+    assert reply["status"] == "ok", text_of(msgs)
+    assert "carried on" in text_of(msgs)
+    assert "Approved by browser:alice" in text_of(seen)
+    assert len(broker.answers) == answers_before  # the kernel did not answer a resolved request
+
+
+def test_replayed_request_is_handled_once(kernel: Any, broker: FakeBroker) -> None:
+    broker.script([("permission", {"tool": "write_file", "arguments": {}}, {"replay": True}), ("text", "ok")])
+    answers_before = len(broker.answers)
+    reply, msgs = execute(kernel, "%%agent\nwrite", allow_stdin=False)
+    assert reply["status"] == "ok", text_of(msgs)
+    assert len(broker.answers) == answers_before + 1

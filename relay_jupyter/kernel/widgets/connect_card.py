@@ -30,6 +30,7 @@ class ConnectCard:
         self.loop = asyncio.get_running_loop()
         self.future: asyncio.Future[dict[str, Any] | None] = self.loop.create_future()
         self.display_id = f"relay-connect-{uuid.uuid4().hex}"
+        self.answered = False
         self.model_field = w.Text(value=model, description="model")
         self.checks = []
         for tool in tools:
@@ -57,8 +58,9 @@ class ConnectCard:
         show(self.widget, self._text, self.display_id)
 
     def _answer(self, ok: bool) -> None:
-        if self.future.done():
-            return
+        if self.answered or self.future.done():
+            return  # one answer per card, even for two clicks in the same tick
+        self.answered = True
         result = None
         if ok:
             result = {"tools": [c.tool_name for c in self.checks if c.value],

@@ -58,6 +58,7 @@ class ConsentCard:
         self.loop = asyncio.get_running_loop()
         self.future: asyncio.Future[tuple[str, str]] = self.loop.create_future()
         self.display_id = f"relay-card-{uuid.uuid4().hex}"
+        self.answered = False
         preview = data.get("preview") or {}
         rows = [
             f"<b>🔐 Permission request</b> — <code>{esc(data.get('tool'))}</code>",
@@ -94,8 +95,10 @@ class ConsentCard:
         show(self.widget, card_text(self.data), self.display_id)
 
     def _answer(self, decision: str, scope: str, who: str) -> None:
-        if self.future.done():
-            return  # one answer per card; a second click is ignored
+        # one answer per card: a second click (even in the same tick, before the future resolves) is ignored
+        if self.answered or self.future.done():
+            return
+        self.answered = True
         self.mark(decision, scope, who, time.time())
 
         def resolve() -> None:
@@ -110,7 +113,8 @@ class ConsentCard:
         """Disable the buttons and record the answer on the card (and in its text fallback)."""
         for button in self.buttons:
             button.disabled = True
-        verb = {"allow": "Approved", "deny": "Denied", "timeout": "Denied (timed out)"}.get(decision, decision)
+        verb = {"allow": "Approved", "deny": "Denied", "timeout": "Denied (timed out)",
+                "cancelled": "Cancelled"}.get(decision, decision)
         reach = {"once": "", "run": " for this run", "notebook": " for this notebook (saved)"}.get(scope, "")
         line = f"{verb}{reach} by {who} at {_when(when)}" + (f" — {note}" if note else "")
         self.status.value = f"<b>{esc(line)}</b>"
@@ -123,6 +127,7 @@ class ConsentCard:
                 return await asyncio.shield(self.future)
         except TimeoutError:
             if not self.future.done():
+                self.answered = True
                 self.future.set_result(("timeout", "once"))
                 self.mark("timeout", "once", "nobody", time.time(), f"no answer within {timeout:.0f} s")
             return self.future.result()
