@@ -120,3 +120,18 @@ def test_unknown_model_fails_with_one_line(stack: tuple[RealServer, FakeAnthropi
     assert reply["status"] == "error"
     (tb,) = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
     assert len(tb) == 1, tb
+
+
+def test_rerunning_an_earlier_cell_forks_the_conversation(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    _, fake, kc = stack
+    for cell, prompt in (("cell-1", "first question"), ("cell-2", "second question"), ("cell-1", "first again")):
+        fake.enqueue(Reply(text(f"answer to {prompt}")))
+        reply, msgs = execute(kc, f"%%agent --chat forked\n{prompt}", cell_id=cell, timeout=60)
+        assert reply["status"] == "ok", text_of(msgs)
+    sent = str(fake.requests[-1].body["messages"])
+    # the re-run replaced turn 0 and everything after it: only the new prompt is in the history
+    assert "first again" in sent and "first question" not in sent and "second question" not in sent
+    fake.enqueue(Reply(text("continued")))
+    execute(kc, "%%agent --chat forked\nthird", cell_id="cell-3", timeout=60)
+    sent = str(fake.requests[-1].body["messages"])
+    assert "first again" in sent and "answer to first again" in sent and "third" in sent
