@@ -234,15 +234,41 @@ class Session:
         queue = self.pump.register(run_id)
         view = StreamView(TextSink() if surface == "input" else None, interval=self.update_interval)
         follower = RunFollower(self, client, run_id, view, surface)
+        ticker = _Ticker(asyncio.get_running_loop())
         try:
             return await follower.follow(queue)
         except (asyncio.CancelledError, KeyboardInterrupt):
             with contextlib.suppress(Exception):
                 await asyncio.shield(client.call(Method.RUN_CANCEL, {"run_id": run_id}, timeout=3.0))
-            view.finish("⏹ *cancelled*")
-            raise
+            view.finish("⏹ *interrupted*")
+            # the cell's own coroutine: end it with one line rather than a CancelledError traceback
+            raise AgentError(f"interrupted: run {run_id} was cancelled", code="CANCELLED") from None
         finally:
+            ticker.stop()
             self.pump.unregister(run_id)
+
+
+class _Ticker:
+    """Wakes the kernel's loop twice a second while a cell follows a run.
+
+    ipykernel turns an interrupt (SIGINT) of an awaiting cell into a callback that only runs at the
+    loop's next iteration; with no event arriving (a slow model, a card nobody clicked) that could be
+    minutes away, so "Interrupt kernel" would seem to do nothing.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, every: float = 0.5) -> None:
+        self.loop = loop
+        self.every = every
+        self.handle: asyncio.TimerHandle | None = loop.call_later(every, self._tick)
+
+    def _tick(self) -> None:
+        if self.handle is not None:
+            self.handle = self.loop.call_later(self.every, self._tick)
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
 
 
 class RunFollower:

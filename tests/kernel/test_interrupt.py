@@ -1,0 +1,41 @@
+"""Interrupting the kernel while a run streams cancels the run on the broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import execute, start_kernel
+from .fake_broker import FakeBroker
+
+
+@pytest.mark.slow
+def test_interrupt_cancels_the_run(tmp_path: Path) -> None:
+    with FakeBroker() as fake:
+        km, kc = start_kernel(fake.env(), str(tmp_path))
+        try:
+            execute(kc, "%load_ext relay_jupyter")
+            fake.script([("text", "starting"), ("sleep", 30), ("text", "never")])
+
+            def interrupt_once_running() -> None:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not any(e["type"] == "run.text_delta" for e in fake.events):
+                    time.sleep(0.05)  # waiting for the broker thread to stream the first delta
+                time.sleep(0.3)
+                km.interrupt_kernel()
+
+            threading.Thread(target=interrupt_once_running, daemon=True).start()
+            reply, msgs = execute(kc, "%%agent\nslow", timeout=30)
+            assert reply["status"] == "error"
+            (tb,) = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
+            assert len(tb) == 1 and "interrupted" in tb[0], tb
+            assert any(m == "run.cancel" for m, _ in fake.calls)
+            # the kernel is usable afterwards
+            fake.script([("text", "fine")])
+            assert execute(kc, "%%agent\nagain")[0]["status"] == "ok"
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
