@@ -1,0 +1,211 @@
+"""Following one run's events in a cell: text, consent, kernel tools, steps, the terminal event."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.names import TERMINAL_EVENTS, EventType, Method
+from .client import RelayClient
+from .consent import Answer, ask
+from .errors import AgentError, RpcError, message_for
+from .render import StreamView
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["RunFollower", "Ticker"]
+
+
+class Ticker:
+    """Wakes the kernel's loop twice a second while a cell follows a run.
+
+    ipykernel turns an interrupt (SIGINT) of an awaiting cell into a callback that only runs at the
+    loop's next iteration; with no event arriving (a slow model, a card nobody clicked) that could be
+    minutes away, so "Interrupt kernel" would seem to do nothing.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, every: float = 0.5) -> None:
+        self.loop = loop
+        self.every = every
+        self.handle: asyncio.TimerHandle | None = loop.call_later(every, self._tick)
+
+    def _tick(self) -> None:
+        if self.handle is not None:
+            self.handle = self.loop.call_later(self.every, self._tick)
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+class RunFollower:
+    """Follows one run's events until its terminal event."""
+
+    def __init__(self, session: Session, client: RelayClient, run_id: str, view: StreamView, surface: str) -> None:
+        self.session = session
+        self.client = client
+        self.run_id = run_id
+        self.view = view
+        self.surface = surface
+        self.started = time.monotonic()
+        self.tokens = 0
+        self.cost = 0.0
+        self.timeouts: list[str] = []
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.seen_requests: set[str] = set()   # a reconnect replays pending requests: handle each once
+        self.backlog: collections.deque[dict[str, Any]] = collections.deque()
+        self.queue: asyncio.Queue[dict[str, Any]] | None = None
+
+    async def follow(self, queue: asyncio.Queue[dict[str, Any]]) -> str:
+        self.queue = queue
+        self.view.resume()
+        while True:
+            event = self.backlog.popleft() if self.backlog else await queue.get()
+            kind = event.get("type")
+            data = event.get("data") or {}
+            request_id = str(data.get("request_id", ""))
+            if kind in (EventType.PERMISSION_REQUEST, EventType.KERNEL_TOOL_REQUEST):
+                if request_id in self.seen_requests:
+                    continue
+                self.seen_requests.add(request_id)
+            if kind == EventType.TEXT_DELTA:
+                self.view.text(str(data.get("text", "")))
+            elif kind == EventType.PERMISSION_REQUEST:
+                await self._permission(data)
+            elif kind == EventType.KERNEL_TOOL_REQUEST:
+                await self._kernel_tool(data)
+            elif kind in (EventType.TOOL_PROPOSED, EventType.TOOL_DECIDED, EventType.TOOL_FINISHED):
+                self._step(kind, data)
+            elif kind == EventType.PERMISSION_TIMEOUT:
+                self.timeouts.append(str(data.get("tool") or data.get("request_id") or "a tool"))
+            elif kind == EventType.USAGE:
+                self.tokens += sum(int(data.get(k) or 0) for k in (
+                    "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+                self.cost += float(data.get("cost_usd") or 0.0)
+            elif kind in TERMINAL_EVENTS or kind == "_lost":
+                return self._end(kind, data)
+
+    def _footer(self, mark: str) -> str:
+        cost = f" · ${self.cost:.4f}" if self.cost else ""
+        return f"{mark} · {time.monotonic() - self.started:.1f} s · {self.tokens:,} tokens{cost} · run `{self.run_id}`"
+
+    def _end(self, kind: str | None, data: dict[str, Any]) -> str:
+        if kind == EventType.DONE:
+            answer = self.view.finish(self._footer("✓ *done*"))
+            if self.timeouts:
+                raise AgentError(f"permission request for {', '.join(self.timeouts)} timed out and was denied",
+                                 code="PERMISSION_TIMEOUT")
+            return answer
+        self.view.finish(self._footer(f"✗ *{str(kind).removeprefix('run.')}*"))
+        if kind == EventType.BUDGET_EXHAUSTED:
+            raise AgentError(message_for("BUDGET_EXCEEDED", str(data.get("message") or "budget exhausted")),
+                             code="BUDGET_EXCEEDED")
+        if kind == EventType.CANCELLED:
+            raise AgentError("the run was cancelled", code="CANCELLED")
+        if kind == EventType.INTERRUPTED:
+            raise AgentError("the run was interrupted (the broker restarted); re-run the cell", code="INTERRUPTED")
+        if kind == "_lost":
+            raise AgentError(str(data.get("message") or "lost the broker's event stream"))
+        code = data.get("code") if isinstance(data.get("code"), str) else None
+        raise AgentError(message_for(code, str(data.get("message") or "the run failed")), code=code)
+
+    def _step(self, kind: str, data: dict[str, Any]) -> None:
+        """A tool call shown as one small line, updated as it is decided and finished."""
+        call_id = str(data.get("call_id", ""))
+        step = self.steps.setdefault(call_id, {"tool": data.get("tool", "?"), "display": None})
+        if kind == EventType.TOOL_DECIDED:
+            step["decision"] = data.get("decision")
+            step["code"] = data.get("code")
+        if kind == EventType.TOOL_FINISHED:
+            step["ms"] = data.get("duration_ms")
+            step["error"] = data.get("is_error")
+        if self.surface == "input":
+            return
+        from .markdown import escape_markdown
+
+        name = str(step["tool"]).replace("`", "'")[:120]
+        state = step.get("decision") or "proposed"
+        if step.get("code"):
+            state += f" ({escape_markdown(str(step['code']))[:60]})"
+        if "ms" in step:
+            state += f" · {'failed' if step.get('error') else 'done'} in {float(step['ms'] or 0):.0f} ms"
+        line = f"🔧 `{name}` — {state}"
+        from IPython.display import display, update_display
+
+        if step["display"] is None:
+            self.view.pause()
+            step["display"] = f"relay-step-{self.run_id}-{call_id}"
+            display({"text/markdown": line}, raw=True, display_id=step["display"])
+            self.view.resume()
+        else:
+            update_display({"text/markdown": line}, raw=True, display_id=step["display"])
+
+    async def _permission(self, data: dict[str, Any]) -> None:
+        self.view.pause()
+        self.steps.setdefault(str(data.get("call_id", "")), {"tool": data.get("tool", "?"), "display": None})
+        cards: list[Any] = []
+        asking = asyncio.ensure_future(ask(data, self.surface, self.session.policy, self.session.shell,
+                                           on_card=cards.append))
+        elsewhere = await self._watch_elsewhere(asking, str(data.get("request_id", "")))
+        if elsewhere is not None:
+            # answered from another place (the owner's browser side panel) or ended by the broker
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
+            who = elsewhere.get("answered_by") or "the broker"
+            decision = str(elsewhere.get("decision") or "timeout")
+            if elsewhere.get("_timeout"):
+                self.timeouts.append(str(data.get("tool") or "a tool"))
+            for card in cards:
+                if not card.future.done():
+                    card.answered = True
+                    card.future.set_result((decision, str(elsewhere.get("scope") or "once")))
+                    card.mark(decision, str(elsewhere.get("scope") or "once"), str(who),
+                              float(elsewhere.get("answered_at") or time.time()))
+            self.view.resume("⏳ *working…*")
+            return
+        answer: Answer = asking.result()
+        decision = "allow" if answer.decision == "allow" else "deny"
+        if answer.decision == "timeout":
+            self.timeouts.append(str(data.get("tool") or "a tool"))
+        try:
+            await self.client.call(Method.PERMISSION_ANSWER, {"request_id": data.get("request_id"),
+                                                              "decision": decision, "scope": answer.scope})
+        except RpcError as exc:
+            # the broker already decided (its own timeout, another answer): the run reports the outcome
+            print(f"relay: answer not accepted: {exc.message}")
+        self.view.resume("⏳ *working…*")
+
+    async def _watch_elsewhere(self, asking: asyncio.Future[Answer], request_id: str) -> dict[str, Any] | None:
+        """Wait for our own answer, while watching the run's events for this request being resolved
+        elsewhere; other events that arrive meanwhile are kept, in order, for later."""
+        assert self.queue is not None
+        while not asking.done():
+            getting = asyncio.ensure_future(self.queue.get())
+            done, _ = await asyncio.wait({asking, getting}, return_when=asyncio.FIRST_COMPLETED)
+            if getting not in done:
+                getting.cancel()
+                break
+            event = getting.result()
+            data = event.get("data") or {}
+            kind = event.get("type")
+            if str(data.get("request_id", "")) == request_id and kind in (EventType.PERMISSION_RESOLVED,
+                                                                         EventType.PERMISSION_TIMEOUT):
+                return {**data, "_timeout": kind == EventType.PERMISSION_TIMEOUT}
+            if kind in TERMINAL_EVENTS or kind == "_lost":
+                self.backlog.append(event)
+                return {"decision": "cancelled", "answered_by": "the end of the run"}
+            self.backlog.append(event)
+        return None
+
+    async def _kernel_tool(self, data: dict[str, Any]) -> None:
+        tool = str(data.get("tool", ""))
+        arguments = data.get("arguments") if isinstance(data.get("arguments"), dict) else {}
+        content, is_error = self.session.tools.call(tool, arguments)
+        await self.client.call(Method.KERNEL_TOOL_RESULT, {"request_id": data.get("request_id"),
+                                                           "content": content, "is_error": is_error})
