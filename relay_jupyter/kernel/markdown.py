@@ -137,7 +137,7 @@ class Segmenter:
 
     A block is finished at a blank line outside a code fence, or after a fence closes. The tail is
     kept at most ``max_tail`` characters: beyond that it is cut at a line break (closing and
-    reopening an open fence) or a space, so each live update of the tail is bounded and the bytes
+    reopening an open fence), a sentence end in the window's second half, or a space, so each live update of the tail is bounded and the bytes
     sent stay linear in the answer. Work per ``feed`` is bounded by the new text plus ``max_tail``.
     """
 
@@ -187,7 +187,9 @@ class Segmenter:
         if nl > 0:
             cut, skip = nl, 1
         else:
-            sp = self.tail.rfind(" ", 0, limit)
+            # prefer a sentence end in the second half of the window: the cut shows as a paragraph break
+            sentence = max(self.tail.rfind(end, limit // 2, limit) for end in (". ", "! ", "? "))
+            sp = sentence + 1 if sentence > 0 else self.tail.rfind(" ", 0, limit)
             cut, skip = (sp, 1) if sp > 0 else (limit, 0)
         head, rest = self.tail[:cut], self.tail[cut + skip:]
         # the fence state at the cut: rescan the head's complete lines (bounded by max_tail); a tail that

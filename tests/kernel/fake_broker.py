@@ -5,6 +5,7 @@ used to test the kernel client against hostile and edge-case answers the real br
 sends; the end-to-end tests use the real broker. A run is a script of steps:
 
 - ``("text", "abc")`` one ``run.text_delta``; ``("texts", [..])`` many, sent back to back;
+  ``("paced", [..], per_second)`` many, at a model's pace (deltas due at ``i / per_second`` from the first);
 - ``("permission", {tool, arguments, ...})`` a ``permission.request``, waits for ``permission.answer``;
 - ``("kernel_tool", tool, arguments)`` a ``kernel.tool_request``, waits for ``kernel.tool_result``;
 - ``("event", type, data)`` any event; ``("end", type, data)`` the terminal event (default run.done).
@@ -223,6 +224,13 @@ class FakeBroker:
                 for text in step[1]:
                     self.emit("run.text_delta", {"run_id": run_id, "text": text}, run_id)
                     await asyncio.sleep(0)
+            elif kind == "paced":
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                for i, text in enumerate(step[1]):
+                    # due times from the start, so timer lateness does not accumulate into a slower stream
+                    await asyncio.sleep(max(0.0, start + i / step[2] - loop.time()))
+                    self.emit("run.text_delta", {"run_id": run_id, "text": text}, run_id)
             elif kind == "permission":
                 request_id = f"perm-{next(self._ids)}"
                 data = {"request_id": request_id, "originator": "kernel:k", "run_id": run_id, "call_id": "c1",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from relay_jupyter.kernel.render import StreamView
 
 
@@ -67,3 +69,80 @@ def test_a_finished_block_is_sent_once() -> None:
     for i in range(50):
         sent = sum(op[2].count(f"unique-{i}.") for op in sink.ops)
         assert sent == 1, (i, sent)
+
+
+def _paced(view: StreamView, now: list[float], text: str, per_second: float) -> list[float]:
+    """Feed ``text`` word by word at ``per_second``; return the clock at each output sent."""
+    sent: list[float] = []
+    sink = view.sink
+    for word in text.split(" "):
+        now[0] += 1 / per_second
+        before = len(sink.ops)  # type: ignore[attr-defined]
+        view.text(word + " ")
+        view._maybe_flush()  # what the timer does in a kernel (schedule=False here)
+        if len(sink.ops) > before:  # type: ignore[attr-defined]
+            sent.append(now[0])
+    return sent
+
+
+def test_first_text_shows_at_once_and_text_shows_at_least_every_half_second() -> None:
+    now = [10.0]
+    sink = Recorder()
+    view = StreamView(sink, interval=0.1, clock=lambda: now[0], schedule=False)
+    view.resume()
+    now[0] += 0.5  # the model's first token takes a while
+    view.text("Hello ")
+    assert sink.ops[-1][2].startswith("Hello")  # no waiting for a budget: the indicator was all there was
+    sent = _paced(view, now, " ".join(["word"] * 1500), 45)  # a slow model, one long paragraph
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert max(gaps) <= 0.5 + 1 / 45 + 1e-9
+
+
+def test_partial_updates_are_paid_for_and_the_last_update_is_the_final_text() -> None:
+    now = [0.0]
+    sink = Recorder()
+    view = StreamView(sink, interval=0.1, clock=lambda: now[0], schedule=False)
+    paragraph = " ".join(f"w{i}" for i in range(60)) + "."
+    for _ in range(5):
+        for word in (paragraph + "\n\n").split(" "):
+            view.text(word + " ")
+            now[0] += 0.005  # 0.3 s per paragraph: under the refresh period, so only the budget allows updates
+            view._maybe_flush()
+        now[0] += 0.2
+        view._maybe_flush()
+    view.finish()
+    ops = [op for op in sink.ops if op[1] is not None]
+    by_display: dict[str, list[str]] = {}
+    for _, display_id, markdown in ops:
+        by_display.setdefault(display_id or "", []).append(markdown)
+    checked = 0
+    for shown in by_display.values():
+        if paragraph in shown[-1]:
+            checked += 1
+            assert shown[-1].strip() == paragraph  # the last update is the final Markdown, no cursor
+            assert sum(paragraph in s for s in shown) == 1  # the finished paragraph is sent once
+            # partial updates never contain the indicator and total at most 1/ALPHA x the paragraph
+            assert all("working" not in s for s in shown)
+            assert sum(len(s) + 100 for s in shown[:-1]) <= len(paragraph) / 0.6
+    assert checked >= 4
+
+
+def test_idle_indicator_after_a_quiet_paragraph_end() -> None:
+    import asyncio
+
+    async def main() -> Recorder:
+        sink = Recorder()
+        view = StreamView(sink, interval=0.01, idle=0.05)
+        view.resume()
+        view.text("A paragraph.\n\n")
+        view.flush()
+        async with asyncio.timeout(5):
+            while not sink.ops or "working" not in sink.ops[-1][2]:
+                await asyncio.sleep(0.01)
+        view.text("More.")
+        view.finish("done")
+        return sink
+
+    sink = asyncio.run(main())
+    final = [sink.outputs[k] for k in sink.order]
+    assert "working" not in "".join(final) and "More." in "".join(final)

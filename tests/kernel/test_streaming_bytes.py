@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from .conftest import execute
 from .fake_broker import FakeBroker
 
@@ -47,3 +49,60 @@ def test_long_paragraph_without_breaks_stays_linear(kernel: Any, broker: FakeBro
     assert _iopub_bytes(msgs) / len("".join(deltas)) <= 3.0
     updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
     assert len(updates) < len(deltas) / 10
+
+
+# ---------------------------------------------------------------- realistic pace (the peer benchmark's shape)
+MARKER = "Zyxwvut"
+_WORDS = ("kernels", "run", "code", "for", "a", "notebook", "and", "send", "results", "back", "over",
+          "messages", "while", "the", "frontend", "renders", "them", "as", "cells", "execute")
+
+
+def _tokens(n: int, paragraph_words: int | None) -> list[str]:
+    """``benchmarks/peers/fake.py``'s answer as deltas: one word per token, paragraphs of 60 words."""
+    words = [MARKER] + [_WORDS[i % len(_WORDS)] for i in range(n - 1)]
+    step = paragraph_words or n
+    paragraphs = [" ".join(words[i:i + step]) + "." for i in range(0, n, step)]
+    text = "\n\n".join(paragraphs) + "\n"
+    out: list[str] = []
+    i = 0
+    while i < len(text):  # split after each run of whitespace, as the fake's token counter does
+        j = i
+        while j < len(text) and not text[j].isspace():
+            j += 1
+        while j < len(text) and text[j].isspace():
+            j += 1
+        out.append(text[i:j])
+        i = j
+    return out
+
+
+def _output_bytes(msgs: list[dict[str, Any]]) -> int:
+    # what benchmarks/peer_magics.py counts: each output message's content and metadata as JSON
+    return sum(len(json.dumps(m["content"], ensure_ascii=False).encode()) + len(json.dumps(m["metadata"]).encode())
+               for m in msgs if m["msg_type"] in ("display_data", "update_display_data", "stream"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paragraph_words", [60, None], ids=["ten-paragraphs", "one-paragraph"])
+def test_paced_answer_costs_at_most_3x(kernel: Any, broker: FakeBroker, paragraph_words: int | None) -> None:
+    # 600 tokens at 100 tokens/s: every live update is paid for by new text or by the 0.5 s refresh,
+    # and a paragraph's last update is its final Markdown (before: 6.5x and 14x)
+    deltas = _tokens(600, paragraph_words)
+    answer = "".join(deltas)
+    broker.script([("paced", deltas, 100.0)])
+    reply, msgs = execute(kernel, "%%agent\npaced answer", timeout=60)
+    assert reply["status"] == "ok"
+    ratio = _output_bytes(msgs) / len(answer.encode())
+    assert ratio <= 3.0, ratio
+    # every word reached the final outputs, once
+    final: dict[str, str] = {}
+    order: list[str] = []
+    for m in msgs:
+        if m["msg_type"] in ("display_data", "update_display_data"):
+            key = (m["content"].get("transient") or {}).get("display_id") or m["header"]["msg_id"]
+            if key not in final:
+                order.append(key)
+            final[key] = m["content"]["data"].get("text/markdown", "")
+    shown = " ".join(final[k] for k in order)
+    assert shown.count(MARKER) == 1 and "▍" not in shown and "working" not in shown
+    assert " ".join(answer.split()) in " ".join(shown.replace("✓", "\n").split())
