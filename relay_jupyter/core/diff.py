@@ -22,14 +22,24 @@ minimal, correct one that ``patch`` applies.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from operator import add
-from dataclasses import dataclass
+
+from .gnudiff_gate import cost_bound_ok, crossing_runs_cancel
 
 __all__ = [
-    "Change", "DiffResult", "split_lines", "unified_diff", "unified_diff_spans", "CONTEXT", "EXACT_LIMIT",
+    "CONTEXT",
     "DENSE_SPANS",
+    "EXACT_LIMIT",
+    "EXACT_WORK",
+    "Change",
+    "DiffResult",
+    "split_lines",
+    "unified_diff",
+    "unified_diff_spans",
 ]
 
 #: Below this many bytes (old + new) a windowed diff is analysed whole, which is exactly GNU's result.
@@ -666,6 +676,10 @@ def _units_dense(old: bytes, new: bytes, starts: list[int], n_lines: int,
     return units
 
 
+#: Above this many changed lines a windowed diff that cannot be proven GNU's is kept rather than
+#: re-run over the whole region (the exact run's search would take seconds in Python).
+EXACT_WORK = 3000
+
 #: With more spans than this, the old file's line table is built once instead of searched per span.
 DENSE_SPANS = 64
 
@@ -713,12 +727,11 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
     nl_old = len(table) - (0 if old.endswith(b"\n") else 1) if dense else line0 + old.count(b"\n", pos)
     n_old = nl_old + (1 if old and not old.endswith(b"\n") else 0)
     n_new = nl_old + nl_delta + (1 if new and not new.endswith(b"\n") else 0)
-    region0 = units[-1].line0 + old.count(b"\n", units[-1].o0, units[-1].o1) + 1 - units[0].line0
-    region1 = region0 + nl_delta
     cache0: dict[int, bytes] = {}
     cache1: dict[int, bytes] = {}
     changes: list[Change] = []
     pending = False
+    estimate = 0  # changed lines of the complex units, an upper bound of GNU's search cost
     for u in units:
         if u.single >= 0:
             # One line became one line (replace_all of in-line text): the change is that line,
@@ -751,14 +764,63 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
         else:
             u.complex = True
             pending = True
-    if pending:
-        _analyse_windows(old, new, units, region0, region1, changes, cache0, cache1)
+            estimate += len(a) + len(b) - 2 * (pre + suf)
+    if pending or not _windows_are_gnu(changes, table if dense else None, cache1, n_old, n_new):
+        estimate += sum(c.deleted + c.inserted for c in changes)
+        if estimate <= EXACT_WORK:
+            # GNU's choice here depends on lines outside the windows (see core.gnudiff_gate): run its
+            # algorithm over the whole differing region instead, which is exact.
+            return unified_diff(old, new, old_label=old_label, new_label=new_label)
+        if pending:
+            # Too many changed lines for the exact run in Python (GNU's search is quadratic in them
+            # up to its TOO_EXPENSIVE cut-off): each window is analysed like its own GNU run, which
+            # gives a correct diff that patch applies, possibly aligned differently from GNU's.
+            region0 = units[-1].line0 + old.count(b"\n", units[-1].o0, units[-1].o1) + 1 - units[0].line0
+            _analyse_windows(old, new, units, region0, region0 + nl_delta, changes, cache0, cache1)
     changes.sort(key=lambda c: c.line0)
     if dense:
         size = len(old)
         return _format(changes, old_line, cache1.__getitem__, n_old, n_new, old_label, new_label,
                        old_block=lambda i, j: old[starts[i]:min(starts[j], size)])
     return _format(changes, cache0.__getitem__, cache1.__getitem__, n_old, n_new, old_label, new_label)
+
+
+def _windows_are_gnu(changes: list[Change], table: list[bytes] | None, new_lines: dict[int, bytes],
+                     n_old: int, n_new: int) -> bool:
+    """True when the per-window changes (all simple) are provably what GNU diff picks.
+
+    See :mod:`core.gnudiff_gate` for the argument. ``table`` (the old file split at ``\\n``, present
+    when many spans made it worth building) lets the cost bound leave out changed lines that have
+    no match in the other file: GNU discards those before its search, so they cost it nothing.
+    """
+    if not changes:
+        return True
+    changes = sorted(changes, key=lambda c: c.line0)
+    if not (crossing_runs_cancel([(c.line0, c.deleted) for c in changes if c.deleted])
+            and crossing_runs_cancel([(c.line1, c.inserted) for c in changes if c.inserted])):
+        return False
+    cost = sum(c.deleted + c.inserted for c in changes)
+    if cost_bound_ok(cost, n_old + n_new):
+        return True
+    if table is None:
+        return False
+    # Counts over GNU's region of the old file, by line text without its newline (``table``'s form):
+    # merging a last line that lacks one with its twin only raises counts, so "no match" stays safe.
+    gone = Counter(table[k] for c in changes for k in range(c.line0, c.line0 + c.deleted))
+    came = Counter(line[:-1] if line[-1:] == b"\n" else line
+                   for c in changes for line in map(new_lines.__getitem__, range(c.line1, c.line1 + c.inserted)))
+    needed = gone.keys() | came.keys()
+    lo = max(changes[0].line0 - _HORIZON, 0)
+    hi = min(changes[-1].line0 + changes[-1].deleted + _HORIZON, n_old)
+    # Only the changed texts are counted; filtering at C speed keeps this one cheap linear pass.
+    count_old = Counter(filter(needed.__contains__, table[lo:hi]))
+    for text, n in gone.items():
+        if count_old[text] - n + came[text] == 0:  # no match in the new file: always discarded
+            cost -= n
+    for text, n in came.items():
+        if count_old[text] == 0:
+            cost -= n
+    return cost_bound_ok(cost, n_old + n_new)
 
 
 def _analyse_windows(old: bytes, new: bytes, units: list[_Unit], region0: int, region1: int,
@@ -783,7 +845,7 @@ def _analyse_windows(old: bytes, new: bytes, units: list[_Unit], region0: int, r
             last += 1
             o1 = max(o1, _extend(old, units[last].o0, units[last].o1, margin)[1])
         if windows and o0 < windows[-1][1]:
-            po0, _po1, pl0, pd, pfirst, _pl = windows.pop()
+            po0, _po1, _pl0, _pd, pfirst, _pl = windows.pop()
             o0, first = min(o0, po0), min(first, pfirst)
         fu, lu = units[first], units[last]
         line0 = fu.line0 - old.count(b"\n", o0, fu.o0)
