@@ -135,3 +135,33 @@ def test_rerunning_an_earlier_cell_forks_the_conversation(stack: tuple[RealServe
     execute(kc, "%%agent --chat forked\nthird", cell_id="cell-3", timeout=60)
     sent = str(fake.requests[-1].body["messages"])
     assert "first again" in sent and "answer to first again" in sent and "third" in sent
+
+
+def test_budget_and_run_views_match_the_broker(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    # relay.budget() and relay.run(id) read budget.get / runs.get as the real broker answers them
+    # (before: "no limit" and 0 requests whatever the grant said; model "?" and no times)
+    import re
+
+    srv, fake, _ = stack
+    kc = srv.kernel_for("views.ipynb")
+    assert execute(kc, "%load_ext relay_jupyter")[0]["status"] == "ok"
+    reply, msgs = execute(kc, "relay.connect(['*'], budget={'tokens_per_day': 50000, 'cost_per_day_usd': 2.5, "
+                              "'requests_per_minute': 40})")
+    assert reply["status"] == "ok", text_of(msgs)
+    fake.enqueue(Reply(tool_use("list_variables", {})))
+    fake.enqueue(Reply(text("Listed.")))
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nlist my variables", timeout=60)
+    assert reply["status"] == "ok", text_of(msgs)
+    run_id = re.search(r"run `(run_[0-9a-f]+)`", text_of(msgs)).group(1)  # type: ignore[union-attr]
+    reply, msgs = execute(kc, f"print(relay.run({run_id!r}).text())")
+    shown = text_of(msgs)
+    assert f"model {MODEL} (anthropic)" in shown, shown
+    assert re.search(r"2 model steps, started [0-9-]+ [0-9:]+, took \d+\.\d s", shown), shown
+    # this server keeps its journal in memory (no per-call rows); tool rows are tested in test_widgets.py
+    reply, msgs = execute(kc, "relay.budget()")
+    shown = text_of(msgs)
+    tokens = re.search(r"tokens today: (\d+) / 50000 tokens", shown)
+    assert tokens and int(tokens.group(1)) > 0, shown
+    assert "/ 2.5 USD" in shown
+    requests = re.search(r"requests in the last minute: (\d+) / 40 req", shown)
+    assert requests and int(requests.group(1)) >= 2, shown  # two model requests in this run

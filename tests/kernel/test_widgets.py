@@ -73,13 +73,31 @@ async def test_card_timeout_denies() -> None:
 
 
 def test_budget_numbers_from_budget_get() -> None:
-    info = {"origin": "notebook:a.ipynb", "usage": {"tokens": 1200, "cost_usd": 0.5, "rpm": 3,
-                                                    "limits": {"tokens_per_day": 2000, "cost_per_day_usd": None,
-                                                               "requests_per_minute": 30}}}
+    # the broker's budget.get result: {origin, usage: BudgetLedger.usage(...)}
+    info = {"origin": "notebook:a.ipynb", "usage": {
+        "day": "2026-12-01", "tokens": 1200, "cost_usd": 0.5, "reserved_tokens": 0, "reserved_cost_usd": 0.0,
+        "tokens_limit": 2000, "cost_limit": None, "rpm_limit": 30, "rpm_available": 27.4}}
     rows = budget_numbers(info)
-    assert rows == [("tokens today", 1200.0, 2000, "tokens"), ("estimated cost today", 0.5, None, "USD"),
-                    ("requests in the last minute", 3.0, 30, "req")]
+    assert rows == [("tokens today", 1200.0, 2000.0, "tokens"), ("estimated cost today", 0.5, None, "USD"),
+                    ("requests in the last minute", 3.0, 30.0, "req")]
     assert "1200 / 2000 tokens" in BudgetMeters(info).text() and "no limit" in BudgetMeters(info).text()
+    # no rate limit: the broker keeps no bucket, so the count is unknown rather than a made-up 0
+    unlimited = {"origin": "o", "usage": {"tokens": 0, "cost_usd": 0.0, "tokens_limit": None, "cost_limit": None,
+                                          "rpm_limit": None, "rpm_available": None}}
+    assert budget_numbers(unlimited)[2] == ("requests in the last minute", None, None, "req")
+    assert "— / no limit req" in BudgetMeters(unlimited).text()
+
+
+def test_run_view_reads_runs_get() -> None:
+    run = {"run_id": "run_1", "origin": "notebook:a.ipynb", "conversation": "c", "state": "done",
+           "started_at": 1_700_000_000.0, "finished_at": 1_700_000_002.5,
+           "meta": {"model": "claude-x", "backend": "anthropic", "mode": "ask", "originator": "kernel:k", "steps": 2},
+           "calls": [{"run_id": "run_1", "call_id": "c1", "tool": "run_code", "arguments": {"code": "1"},
+                      "intent_at": 1_700_000_001.0, "outcome": {"status": "ok", "code": None, "chars": 3},
+                      "outcome_at": 1_700_000_001.25}]}
+    text = RunView(run).text()
+    assert "model claude-x (anthropic), 2 model steps" in text and "took 2.5 s" in text
+    assert "run_code: ok 250.0 ms" in text
 
 
 def test_grants_and_run_text_fallbacks_escape_in_html() -> None:
@@ -88,7 +106,7 @@ def test_grants_and_run_text_fallbacks_escape_in_html() -> None:
 
     grants = [{"origin": "notebook:<x>.ipynb", "tools": ["run_code"], "models": ["*"], "budget": {}}]
     assert "notebook:<x>.ipynb: tools [run_code]" in GrantsTable(grants, revoke).text()
-    run = RunView({"run_id": "r1", "state": "done", "model": "m",
-                   "steps": [{"tool": "<b>t</b>", "decision": "allow", "duration_ms": 5}]})
+    run = RunView({"run_id": "r1", "state": "done", "meta": {"model": "m"},
+                   "calls": [{"tool": "<b>t</b>", "outcome": {"status": "ok"}, "intent_at": 1.0, "outcome_at": 1.005}]})
     bundle = run._repr_mimebundle_()
-    assert "&lt;b&gt;t&lt;/b&gt;" in bundle["text/html"] and "<b>t</b>: allow" in bundle["text/plain"]
+    assert "&lt;b&gt;t&lt;/b&gt;" in bundle["text/html"] and "<b>t</b>: ok" in bundle["text/plain"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -63,21 +64,32 @@ class GrantsTable:
         asyncio.ensure_future(go())
 
 
-def budget_numbers(info: dict[str, Any]) -> list[tuple[str, float, float | None, str]]:
-    """(label, used, limit or None, unit) rows from a ``budget.get`` result (field names tolerated)."""
-    if isinstance(info.get("usage"), dict):  # budget.get: {origin, usage: {tokens, cost_usd, limits, rpm, day}}
-        info = info["usage"]
-    limits = info.get("limits") or info.get("budget") or {}
-    used_tokens = info.get("tokens", info.get("tokens_used", 0)) or 0
-    used_cost = info.get("cost_usd", info.get("cost_used_usd", 0.0)) or 0.0
-    rpm = info.get("rpm", info.get("requests_last_minute", 0)) or 0
-    if isinstance(rpm, dict):
-        rpm = rpm.get("used", rpm.get("count", 0)) or 0
+def budget_numbers(info: dict[str, Any]) -> list[tuple[str, float | None, float | None, str]]:
+    """(label, used or None when unknown, limit or None for no limit, unit) rows from a ``budget.get``
+    result: ``{origin, usage}`` where ``usage`` is ``BudgetLedger.usage`` (``tokens``, ``cost_usd``,
+    ``tokens_limit``, ``cost_limit``, ``rpm_limit``, ``rpm_available``, ...)."""
+    usage = info.get("usage") if isinstance(info.get("usage"), dict) else info
+    limit_rpm = _number(usage.get("rpm_limit"))
+    available = _number(usage.get("rpm_available"))
+    # the broker keeps a token bucket per origin: what is missing from a full bucket was used in the last minute
+    used_rpm = max(0.0, float(round(limit_rpm - available))) if limit_rpm is not None and available is not None \
+        else None
     return [
-        ("tokens today", float(used_tokens), limits.get("tokens_per_day"), "tokens"),
-        ("estimated cost today", float(used_cost), limits.get("cost_per_day_usd"), "USD"),
-        ("requests in the last minute", float(rpm), limits.get("requests_per_minute"), "req"),
+        ("tokens today", _number(usage.get("tokens")) or 0.0, _number(usage.get("tokens_limit")), "tokens"),
+        ("estimated cost today", _number(usage.get("cost_usd")) or 0.0, _number(usage.get("cost_limit")), "USD"),
+        ("requests in the last minute", used_rpm, limit_rpm, "req"),
     ]
+
+
+def _number(value: Any) -> float | None:
+    """A finite number or None (JSON has no infinity; a missing or odd value means unknown / no limit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _fmt_num(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
 
 
 class BudgetMeters:
@@ -91,7 +103,7 @@ class BudgetMeters:
         parts = []
         for label, used, limit, unit in self.rows:
             cap = "no limit" if limit is None else f"{limit:g}"
-            parts.append(f"  {label}: {used:g} / {cap} {unit}")
+            parts.append(f"  {label}: {_fmt_num(used)} / {cap} {unit}")
         return "relay budget:\n" + "\n".join(parts)
 
     def show(self) -> None:
@@ -99,44 +111,85 @@ class BudgetMeters:
 
         bars: list[Any] = [w.HTML("<b>Budget</b>")]
         for label, used, limit, unit in self.rows:
-            top = float(limit) if limit else max(used, 1.0)
-            style = "danger" if limit and used >= limit else ("warning" if limit and used >= 0.8 * limit else "success")
-            bar = w.FloatProgress(value=min(used, top), min=0.0, max=top, bar_style=style,
+            value = used or 0.0
+            top = float(limit) if limit else max(value, 1.0)
+            style = "danger" if limit and value >= limit else ("warning" if limit and value >= 0.8 * limit
+                                                                else "success")
+            bar = w.FloatProgress(value=min(value, top), min=0.0, max=top, bar_style=style,
                                   layout=w.Layout(width="240px"))
             cap = "no limit" if limit is None else f"{limit:g}"
             bars.append(w.HBox([w.HTML(f"<span style='display:inline-block;width:14em'>{esc(label)}</span>"), bar,
-                                w.HTML(f"&nbsp;{used:g} / {esc(cap)} {esc(unit)}")]))
+                                w.HTML(f"&nbsp;{esc(_fmt_num(used))} / {esc(cap)} {esc(unit)}")]))
         show(w.VBox(bars), self.text())
 
 
 class RunView:
-    """A run's steps, tool calls, decisions and timings (from ``runs.get`` or the live events)."""
+    """A run's steps, tool calls, outcomes and timings, from ``runs.get``: ``{run_id, origin, conversation,
+    state, started_at, finished_at, meta: {model, backend, mode, originator}, calls: [{call_id, tool,
+    arguments, intent_at, outcome: {status, code, chars}, outcome_at}]}``."""
 
     def __init__(self, run: dict[str, Any]) -> None:
         self.run = run
 
+    def model(self) -> str:
+        meta = self.run.get("meta") if isinstance(self.run.get("meta"), dict) else {}
+        model = meta.get("model") or self.run.get("model")
+        backend = meta.get("backend") or self.run.get("backend")
+        name = str(model) if model else "the default model"
+        return f"{name} ({backend})" if backend else name
+
+    def summary(self) -> str:
+        """Model steps and the time taken, e.g. ``2 model steps, started ..., took 1.2 s``."""
+        meta = self.run.get("meta") if isinstance(self.run.get("meta"), dict) else {}
+        steps = _number(meta.get("steps"))
+        parts = [f"{steps:g} model step{'s' if steps != 1 else ''}"] if steps is not None else []
+        if self.timing():
+            parts.append(self.timing())
+        return ", ".join(parts)
+
+    def timing(self) -> str:
+        started, finished = _number(self.run.get("started_at")), _number(self.run.get("finished_at"))
+        if started is None:
+            return ""
+        text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        return f"started {text}, " + (f"took {finished - started:.1f} s" if finished is not None else "not finished")
+
     def steps(self) -> list[dict[str, Any]]:
-        return list(self.run.get("steps") or self.run.get("calls") or [])
+        """One row per tool call: tool, status, code, duration (ms), arguments."""
+        rows = []
+        for call in self.run.get("calls") or self.run.get("steps") or []:
+            if not isinstance(call, dict):
+                continue
+            outcome = call.get("outcome") if isinstance(call.get("outcome"), dict) else {}
+            start, end = _number(call.get("intent_at")), _number(call.get("outcome_at"))
+            duration = call.get("duration_ms")
+            if duration is None and start is not None and end is not None:
+                duration = round((end - start) * 1000, 1)
+            rows.append({"tool": call.get("tool", call.get("type", "?")),
+                         "status": outcome.get("status", call.get("decision", "pending")),
+                         "code": outcome.get("code") or call.get("code") or "",
+                         "duration_ms": "" if duration is None else duration,
+                         "arguments": call.get("arguments", {})})
+        return rows
 
     def text(self) -> str:
-        head = (f"run {self.run.get('run_id', '?')}: {self.run.get('state', '?')} "
-                f"model {self.run.get('model', '?')}")
-        lines = [head]
+        head = f"run {self.run.get('run_id', '?')}: {self.run.get('state', '?')}, model {self.model()}"
+        lines = [head + (f", {self.summary()}" if self.summary() else "")]
         for step in self.steps():
-            lines.append(f"  {step.get('tool', step.get('type', '?'))}: {step.get('decision', '')} "
-                         f"{step.get('code') or ''} {step.get('duration_ms', '')} ms".rstrip())
+            ms = f" {step['duration_ms']} ms" if step["duration_ms"] != "" else ""
+            lines.append(f"  {step['tool']}: {step['status']} {step['code']}".rstrip() + ms)
         return "\n".join(lines)
 
     def html(self) -> str:
         rows = "".join(
-            f"<tr><td>{esc(s.get('tool', s.get('type', '')))}</td><td>{esc(s.get('tool_class', ''))}</td>"
-            f"<td>{esc(s.get('decision', ''))}</td><td>{esc(s.get('code') or '')}</td>"
-            f"<td>{esc(s.get('duration_ms', ''))}</td>"
-            f"<td><code>{esc(short(pretty_json(s.get('arguments', {}), 300), 300))}</code></td></tr>"
+            f"<tr><td>{esc(s['tool'])}</td><td>{esc(s['status'])}</td><td>{esc(s['code'])}</td>"
+            f"<td>{esc(s['duration_ms'])}</td>"
+            f"<td><code>{esc(short(pretty_json(s['arguments'], 300), 300))}</code></td></tr>"
             for s in self.steps())
         return (f"<b>run {esc(self.run.get('run_id', ''))}</b> — {esc(self.run.get('state', ''))}, "
-                f"model {esc(self.run.get('model', ''))}<table><tr><th>tool</th><th>class</th><th>decision</th>"
-                f"<th>code</th><th>ms</th><th>arguments</th></tr>{rows}</table>")
+                f"model {esc(self.model())}{esc(', ' + self.summary()) if self.summary() else ''}"
+                f"<table><tr><th>tool</th><th>status</th><th>code</th><th>ms</th><th>arguments</th></tr>"
+                f"{rows}</table>")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/html": self.html(), "text/plain": self.text()}
