@@ -1,4 +1,5 @@
-"""``checkpoints.list`` and ``checkpoints.revert``: the journal of pushes, and undoing them.
+"""``checkpoints.list`` and ``checkpoints.revert``: the journal of pushes, and undoing them;
+``workspace.diff``: a scratch file against the Jupyter-root file of the same path (``relay.diff(path)``).
 
 Expects two broker attributes (wired by the broker when the workspace is available; None answers
 ``UNAVAILABLE``): ``broker.checkpoints`` (``storage.checkpoints.CheckpointJournal``) and
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.caller import Caller
-from ..core.errors import Code, RoutingRefusal
+from ..core.errors import Code, RoutingRefusal, WorkspaceRefusal
 from ..core.types import AuditRecord
 from ..protocol.names import EventType, Method
 from .registry import method
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointInfo", "CheckpointsListParams", "CheckpointsListResult", "CheckpointsRevertParams",
-    "CheckpointsRevertResult",
+    "CheckpointsRevertResult", "WorkspaceDiffParams", "WorkspaceDiffResult",
 ]
 
 
@@ -77,6 +78,24 @@ class CheckpointsRevertResult(_Strict):
     complete: bool
 
 
+class WorkspaceDiffParams(_Strict):
+    conversation: str = Field(min_length=1, max_length=200)
+    """The caller's conversation name (as in ``run.start``); the broker keys it by the caller's origin."""
+    path: str = Field(min_length=1, max_length=4096)
+    """Relative path, both in the scratch workspace and in the Jupyter root."""
+    origin: str | None = None
+    """Browser sessions name the notebook origin; kernels and daemon clients get their own."""
+
+
+class WorkspaceDiffResult(_Strict):
+    path: str
+    diff: str
+    """Unified diff ``a/<path>`` (Jupyter root) -> ``b/<path>`` (workspace); empty when equal or not text."""
+    target_exists: bool
+    note: str = ""
+    """Why ``diff`` is empty or cut (equal, binary, too large)."""
+
+
 def _origin(caller: Caller, requested: str | None) -> str:
     from .broker import target_origin
 
@@ -126,3 +145,57 @@ async def checkpoints_revert(broker: Broker, caller: Caller, params: Checkpoints
     if events is not None:
         events.append(EventType.CHECKPOINT, {"action": "revert", **outcome}, origin=origin)
     return CheckpointsRevertResult(**outcome)
+
+
+@method(Method.WORKSPACE_DIFF, WorkspaceDiffParams, WorkspaceDiffResult,
+        doc="Unified diff of the caller's scratch file against the Jupyter-root file of the same relative path.")
+async def workspace_diff(broker: Broker, caller: Caller, params: WorkspaceDiffParams) -> WorkspaceDiffResult:
+    """Diff ``path`` of the caller's own conversation workspace against the Jupyter root (read only).
+
+    Raises:
+        WorkspaceRefusal: PATH_REFUSED (traversal, protected target), NOT_FOUND (no such scratch file).
+    """
+    import asyncio
+
+    from ..workspace.tools import MAX_PREVIEW_DIFF_INPUT, MAX_RESULT_DIFF
+    from .broker import require
+    from .conversation_keys import conversation_key
+
+    origin = _origin(caller, params.origin)
+    tools = require(getattr(broker, "workspace_tools", None), "the scratch workspace")
+    key = conversation_key(origin, params.conversation)
+
+    def compute() -> WorkspaceDiffResult:
+        from ..core.diff import unified_diff
+        from ..core.wspaths import split_relpath
+
+        split_relpath(params.path)  # traversal and malformed paths refused before touching anything
+        tools.files.check(params.path)  # protected Jupyter-root paths are not shown either
+        if not tools.manager.root_for(key).exists():
+            # looking must not create a workspace for a conversation that never had one
+            raise WorkspaceRefusal(Code.NOT_FOUND, f"{params.path!r} is not in this conversation's workspace",
+                                   data={"path": params.path})
+        data = tools.manager.for_conversation(key).read(params.path)
+        current = tools.files.read(params.path)
+        out = {"path": params.path, "target_exists": current is not None}
+        old = current or b""
+        if old == data:
+            return WorkspaceDiffResult(**out, diff="", note="the Jupyter-root file has the same content")
+        if not _is_text(old) or not _is_text(data):
+            return WorkspaceDiffResult(**out, diff="", note="binary content: no text diff")
+        if len(old) + len(data) > MAX_PREVIEW_DIFF_INPUT:
+            return WorkspaceDiffResult(**out, diff="", note=f"files too large to diff ({len(old) + len(data)} bytes)")
+        text = unified_diff(old, data, old_label=f"a/{params.path}", new_label=f"b/{params.path}").text.decode()
+        if len(text) > MAX_RESULT_DIFF:
+            return WorkspaceDiffResult(**out, diff=text[:MAX_RESULT_DIFF], note=f"cut at {MAX_RESULT_DIFF} characters")
+        return WorkspaceDiffResult(**out, diff=text)
+
+    return await asyncio.to_thread(compute)
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
