@@ -24,7 +24,7 @@ from ..protocol.models_control import (
     ToolsListResult,
 )
 from ..protocol.names import Method
-from ..runtime.tools import DAEMON_KERNEL_CLIENT
+from ..runtime.tools import is_daemon_kernel_client
 from .conversation_keys import conversation_key
 from .registry import method
 
@@ -47,7 +47,7 @@ def available_tools(broker: Broker, caller: Caller) -> list[tuple[str, ToolSpec]
     caller (they run in that kernel), workspace and MCP tools when those are wired."""
     out: list[tuple[str, ToolSpec]] = []
     if caller.kind is CallerKind.KERNEL or (caller.kind is CallerKind.DAEMON
-                                           and caller.client_id == DAEMON_KERNEL_CLIENT):
+                                           and is_daemon_kernel_client(caller.client_id)):
         out += [("kernel", s) for s in broker.kernel_bridge.specs()]
     if broker.workspace_tools is not None:
         out += [("workspace", s) for s in _specs_of(broker.workspace_tools)]

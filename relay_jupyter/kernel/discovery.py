@@ -15,11 +15,14 @@ In order:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .client import Endpoint
 from .errors import BrokerUnreachable
@@ -91,6 +94,35 @@ async def _start_daemon(path: Path, wait: float) -> None:
     raise BrokerUnreachable(
         f"no relay broker found and starting one failed (see {log}); run this kernel from a Jupyter server with "
         "the relay extension, or set RELAY_URL")
+
+
+_CLIENT_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
+_MAX_CLIENT = 64
+
+
+def notebook_client_name(user_ns: dict[str, Any] | None = None) -> str:
+    """``X-Relay-Client`` for this kernel: ``kernel:<notebook>`` so each notebook attached to the
+    standalone daemon gets its own origin (``daemon:kernel:<notebook>``) and grants.
+
+    The notebook comes from ``JPY_SESSION_NAME`` (Jupyter sets it for a notebook's kernel) or VS Code's
+    ``__vsc_ipynb_file__`` in the user namespace; without either, plain ``kernel``. The daemon accepts
+    1-64 of ``[A-Za-z0-9_.:-]``: other characters become ``_``, and a longer name keeps its tail (the file
+    name) with a hash of the whole path in front, so two long paths never share a name.
+    """
+    raw = os.environ.get("JPY_SESSION_NAME", "").strip()
+    if not raw and user_ns is not None:
+        value = user_ns.get("__vsc_ipynb_file__")
+        raw = value.strip() if isinstance(value, str) else ""
+    if not raw:
+        return "kernel"
+    name = "kernel:" + _CLIENT_CHARS.sub("_", raw).strip("_")
+    if name == "kernel:":
+        name = "kernel:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    if len(name) > _MAX_CLIENT:
+        digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        keep = _MAX_CLIENT - len("kernel:") - len(digest) - 1
+        name = f"kernel:{digest}-{name[-keep:].lstrip('_.:-') or digest}"[:_MAX_CLIENT]
+    return name
 
 
 async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 10.0) -> Endpoint:

@@ -17,7 +17,7 @@ from ..protocol.names import Method
 from .client import RelayClient
 from .consent import ConsentPolicy, detect_surface
 from .conversations import ConversationBook
-from .discovery import discover
+from .discovery import discover, notebook_client_name
 from .errors import AgentError, RpcError
 from .follower import RunFollower, Ticker
 from .render import StreamView, TextSink
@@ -152,7 +152,10 @@ class Session:
     async def get_client(self) -> RelayClient:
         """The broker client (discovered once per kernel)."""
         if self.client is None:
-            self.client = RelayClient(await discover(client_name=self.client_name, start_daemon=self.start_daemon))
+            name = self.client_name
+            if name == "kernel":  # the default: name the notebook, so each gets its own origin on the daemon
+                name = notebook_client_name(getattr(self.shell, "user_ns", None))
+            self.client = RelayClient(await discover(client_name=name, start_daemon=self.start_daemon))
             self.pump = EventPump(self.client)
         return self.client
 

@@ -30,6 +30,7 @@ __all__ = [
     "ToolResult",
     "WorkspaceToolsProvider",
     "as_result",
+    "is_daemon_kernel_client",
 ]
 
 
@@ -175,8 +176,16 @@ class WorkspaceToolsProvider:
         return as_result(value)
 
 
-#: The client id of a kernel talking to the standalone daemon (``X-Relay-Client: kernel``).
+#: The client id of a kernel talking to the standalone daemon (``X-Relay-Client: kernel``). A kernel of a
+#: known notebook sends ``kernel:<notebook>`` (client ``daemon:kernel:<notebook>``), so notebooks get
+#: their own origin and grants; both are kernel clients (:func:`is_daemon_kernel_client`).
 DAEMON_KERNEL_CLIENT = "daemon:kernel"
+
+
+def is_daemon_kernel_client(client_id: str | None) -> bool:
+    """True for a kernel attached to the standalone daemon: ``daemon:kernel`` or ``daemon:kernel:<name>``."""
+    return bool(client_id) and (client_id == DAEMON_KERNEL_CLIENT
+                                or str(client_id).startswith(DAEMON_KERNEL_CLIENT + ":"))
 
 
 class KernelToolsProvider:
@@ -191,7 +200,7 @@ class KernelToolsProvider:
         Jupyter server, or a kernel attached to the standalone daemon (client ``daemon:kernel``; every
         client of a daemon is the same user, so the name routes, it does not authorize)."""
         if not ctx.originator or not (ctx.caller_kind == "kernel" or (
-                ctx.caller_kind == "daemon" and ctx.originator == DAEMON_KERNEL_CLIENT)):
+                ctx.caller_kind == "daemon" and is_daemon_kernel_client(ctx.originator))):
             return []
         return list(self._bridge.specs())
 
