@@ -221,8 +221,13 @@ class Gate:
         return grant
 
     def begin_completion(self, origin: str, model: str, *, estimated_tokens: int,
-                         run: RunBudget | None = None) -> Reservation:
+                         run: RunBudget | None = None, purpose: str | None = None) -> Reservation:
         """Check and reserve budget for one model request; audited as tool ``model:<id>``.
+
+        ``purpose="review"`` marks a request the broker makes on the origin's behalf with a model
+        of its own configuration (the review-mode reviewer): it is charged to the origin's rate and
+        day budgets like any request, but the grant's model allowlist is not applied — the caller
+        did not choose that model. The purpose is recorded in the audit arguments.
 
         Raises:
             GateRefusal: UNAUTHORIZED, SCOPE_EXCEEDED (names the model), BUDGET_EXCEEDED.
@@ -234,10 +239,12 @@ class Gate:
         if not isinstance(estimated_tokens, int) or isinstance(estimated_tokens, bool) or estimated_tokens < 0:
             raise ValueError("estimated_tokens must be a non-negative int")
         tool = MODEL_TOOL_PREFIX + model
-        audit_args = {"estimated_tokens": estimated_tokens}
+        audit_args: dict[str, Any] = {"estimated_tokens": estimated_tokens}
+        if purpose is not None:
+            audit_args["purpose"] = str(purpose)[:40]
         try:
             grant = self._grant_for(origin)
-            if not grant.allows_model(model):
+            if purpose != "review" and not grant.allows_model(model):
                 raise GateRefusal(Code.SCOPE_EXCEEDED, f"the model {model!r} is not in this notebook's grant",
                                   data={"model": model})
             self.ledger.take_request(origin, grant)

@@ -452,12 +452,28 @@ class RunManager:
         def record(request: Any, verdict: dict[str, Any]) -> None:
             self._emit_for(EventType.REVIEW, {"call_id": request.request.call_id, **verdict}, ctx)
 
-        return ReviewConsent(backend, model, timeout=self.config.review_timeout, record=record)
+        return ReviewConsent(backend, model, timeout=self.config.review_timeout, record=record,
+                             meter=_GateMeter(self.gate, ctx.origin, model))
 
     def _summary(self, run: _Run) -> dict[str, Any]:
         return {"run_id": run.run_id, "origin": run.ctx.origin, "conversation": run.ctx.conversation,
                 "originator": run.ctx.client_id, "model": run.params.model, "backend": run.params.backend,
                 "mode": run.tool_ctx.mode.value, "steps": run.steps}
+
+
+class _GateMeter:
+    """Charges the reviewer's requests to the run origin's rate and day budgets through the gate
+    (not to the run's step cap: a review is not a step of the agent)."""
+
+    def __init__(self, gate: Any, origin: str, model: str) -> None:
+        self.gate, self.origin, self.model = gate, origin, model
+
+    async def begin(self, estimated_tokens: int) -> Any:
+        return await _maybe(self.gate.begin_completion(self.origin, self.model, estimated_tokens=estimated_tokens,
+                                                       purpose="review"))
+
+    async def settle(self, handle: Any, usage: Any) -> None:
+        await _maybe(self.gate.settle_completion(handle, self.model, usage))
 
 
 def _recovered_answer(call_id: str, unknown: set[str], finished: dict[str, dict[str, Any]]) -> tuple[str, bool]:

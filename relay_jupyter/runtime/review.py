@@ -6,23 +6,28 @@ nothing else. Fail closed: missing credentials, a timeout, a transport error, a 
 keys, extra text or any other verdict is a DENY whose reason says the review failed. Every
 verdict — and every failure — goes to ``record`` (the run's event channel) and into the
 ``ConsentResult`` the gate audits (``answered_by="mode:review"``).
+
+A reviewer request costs tokens like any model request: with a ``meter`` (the run manager passes
+one over the gate), it is reserved against the origin's rate and day budgets before it is sent
+and settled with its actual usage after; a budget refusal is a failed review, so a DENY.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from ..backends.base import Backend, TextDelta
+from ..backends.base import Backend, TextDelta, UsageEvent
 from ..core.errors import Refusal
 from ..core.redact import redact
-from ..core.types import ConsentDecision, ConsentRequest, ConsentResult
+from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, Usage
 from .context import untrusted
 
-__all__ = ["REVIEW_PROMPT", "ReviewConsent", "parse_verdict"]
+__all__ = ["REVIEW_PROMPT", "ReviewConsent", "ReviewMeter", "parse_verdict"]
 
 REVIEW_PROMPT = (
     "You are a security reviewer for an AI agent working in a user's Jupyter notebook. The agent "
@@ -51,6 +56,20 @@ def parse_verdict(text: str) -> tuple[ConsentDecision, str]:
     return (ConsentDecision.ALLOW if verdict == "allow" else ConsentDecision.DENY), reason[:500]
 
 
+class ReviewMeter(Protocol):
+    """Charges reviewer requests to a budget (sync or async methods)."""
+
+    def begin(self, estimated_tokens: int) -> Any:
+        """Reserve for one request; returns a handle for :meth:`settle`. Raise a ``Refusal`` to refuse."""
+
+    def settle(self, handle: Any, usage: Usage) -> Any:
+        """Commit the request's actual usage."""
+
+
+async def _maybe(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 class ReviewConsent:
     """A :class:`~relay_jupyter.core.ports.ConsentPort` that asks a reviewer model.
 
@@ -60,8 +79,9 @@ class ReviewConsent:
 
     def __init__(self, backend: Backend | Callable[[], Backend] | None, model: str, *, timeout: float = 30.0,
                  max_tokens: int = 300, record: Callable[[ConsentRequest, dict[str, Any]], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, meter: ReviewMeter | None = None) -> None:
         self._backend = backend
+        self._meter = meter
         self.model = model
         self.timeout = timeout
         self.max_tokens = max_tokens
@@ -102,10 +122,22 @@ class ReviewConsent:
         body = json.dumps(call, ensure_ascii=False, default=str)[:_MAX_CALL_CHARS]
         messages = [{"role": "user", "content": [{"type": "text", "text": untrusted("proposed action", body)}]}]
         parts: list[str] = []
-        async with asyncio.timeout(budget):
-            async for event in backend.stream_turn(self.model, REVIEW_PROMPT, messages, [], self.max_tokens):
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                    if sum(map(len, parts)) > _MAX_VERDICT_CHARS:
-                        raise ValueError("verdict too long")
+        usage = Usage()
+        handle = None
+        if self._meter is not None:
+            # 4 characters a token, plus the whole answer allowance: the same upper-ish estimate as a run step
+            estimate = (len(REVIEW_PROMPT) + len(messages[0]["content"][0]["text"])) // 4 + 1 + self.max_tokens
+            handle = await _maybe(self._meter.begin(estimate))
+        try:
+            async with asyncio.timeout(budget):
+                async for event in backend.stream_turn(self.model, REVIEW_PROMPT, messages, [], self.max_tokens):
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+                        if sum(map(len, parts)) > _MAX_VERDICT_CHARS:
+                            raise ValueError("verdict too long")
+                    elif isinstance(event, UsageEvent):
+                        usage = event.usage
+        finally:
+            if self._meter is not None:
+                await _maybe(self._meter.settle(handle, usage))
         return parse_verdict("".join(parts))

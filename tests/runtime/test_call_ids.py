@@ -11,6 +11,7 @@ from relay_jupyter.testing import Reply, text, tool_use
 
 from .rig import make_rig, tool_results
 
+
 @pytest.mark.asyncio
 async def test_reused_id_across_turns_reaches_the_model_both_times(fake, backend_name):
     rig = make_rig(backend_name, fake)
@@ -50,7 +51,7 @@ async def test_same_id_twice_in_one_turn_and_empty_ids(fake, backend_name):
     rig = make_rig(backend_name, fake)
     fake.enqueue(Reply(text("two reads"), tool_use("read_note", {}, id="dup"), tool_use("read_note", {}, id="dup")),
                  Reply("done"))
-    run_id, terminal = await rig.run()
+    _, terminal = await rig.run()
     assert terminal == EventType.DONE
     assert rig.tools.reads == 2
     results = tool_results(fake.requests[1].body)

@@ -44,10 +44,10 @@ async def test_a_tool_outside_the_grant_is_still_refused_by_the_gate(fake, backe
     rig = make_rig(backend_name, fake)
     rig.book.narrow(ORIGIN, tools=["read_note"])
     fake.enqueue(Reply(tool_use("write_file", {"path": "x", "content": "y"}, id="call_w")), Reply("sorry"))
-    run_id, terminal = await rig.run()
+    _, terminal = await rig.run()
     assert terminal == EventType.DONE
     assert rig.tools.written == []
-    (_, content, is_error), = tool_results(fake.requests[1].body)
+    (_, content, _), = tool_results(fake.requests[1].body)
     assert "SCOPE_EXCEEDED" in content
     denials = [r for r in rig.audit.records if r.tool == "write_file"]
     assert [(r.decision, r.code) for r in denials] == [("deny", "SCOPE_EXCEEDED")]

@@ -90,3 +90,35 @@ async def test_review_mode_run_records_verdict_and_gate_uses_it():
         assert "CONSENT_DENIED" in tool_results(fake.requests[2].body)[0][1]
         denied = [r for r in rig.audit.records if r.tool == "write_file" and r.decision == "deny"]
         assert denied[0].answered_by == "mode:review"
+
+
+@pytest.mark.asyncio
+async def test_reviewer_requests_are_charged_to_the_origin_budget():
+    """A reviewer request costs tokens: it is reserved and settled against the origin's rate and day
+    budgets (audited as a model request with purpose review), and a budget refusal denies the write."""
+    from relay_jupyter.core.types import Budget
+
+    with FakeAnthropic(api_key=KEY) as fake:
+        rig = make_rig("anthropic", fake)
+        fake.enqueue(Reply(tool_use("write_file", {"path": "a", "content": "b"})),
+                     Reply('{"verdict": "allow", "reason": "fine"}'), Reply("ok"))
+        run_id, terminal = await rig.run(mode=PermissionMode.REVIEW)
+        assert terminal == EventType.DONE and rig.tools.written == [{"path": "a", "content": "b"}]
+        models = [r for r in rig.audit.records if r.tool.startswith("model:")]
+        assert [(r.decision, r.arguments.get("purpose")) for r in models if r.decision != "settled"] == \
+            [("allow", None), ("allow", "review"), ("allow", None)]
+        settled = [r.arguments["tokens"] for r in models if r.decision == "settled"]
+        assert len(settled) == 3 and all(t > 0 for t in settled)  # two agent steps and the review
+        assert rig.manager.gate.ledger.usage(rig.ctx().origin)["tokens"] == sum(settled)
+
+    with FakeAnthropic(api_key=KEY) as fake:
+        # 2 requests a minute: the agent's first step and the write call's gate check; none left for review
+        rig = make_rig("anthropic", fake, budget=Budget(requests_per_minute=2, tokens_per_day=None,
+                                                        cost_per_day_usd=None))
+        fake.enqueue(Reply(tool_use("write_file", {"path": "a", "content": "b"})), Reply("ok"))
+        run_id, terminal = await rig.run(mode=PermissionMode.REVIEW)
+        assert rig.tools.written == []
+        verdict = rig.events.of(EventType.REVIEW, run_id)[0]
+        assert verdict["verdict"] == "deny" and verdict["failed"] and "BUDGET_EXCEEDED" in verdict["reason"]
+        assert len(fake.requests) == 1  # the reviewer request was never sent
+        assert terminal == EventType.BUDGET_EXHAUSTED  # and the next agent step is out of rate too
