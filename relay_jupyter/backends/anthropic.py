@@ -17,16 +17,16 @@ from .base import (
     BackendFailure,
     RetryPolicy,
     Stop,
+    StreamingBackend,
     TextDelta,
     ToolCallDone,
     TurnEvent,
     UsageEvent,
     retry_after_from,
-    stream_with_retries,
     tool_schemas,
 )
 
-__all__ = ["AnthropicBackend", "DEFAULT_MODELS"]
+__all__ = ["DEFAULT_MODELS", "AnthropicBackend"]
 
 #: Models served when the configuration names none. Patterns end in ``*`` for a prefix.
 DEFAULT_MODELS: tuple[str, ...] = ("claude-*",)
@@ -44,17 +44,7 @@ def _usage_from(obj: Any, previous: TokenUsage | None) -> TokenUsage:
                       cache_read_input_tokens=pick("cache_read_input_tokens"))
 
 
-def model_allowed(model: str, patterns: Iterable[str]) -> bool:
-    """True when ``model`` equals a pattern or starts with a pattern's prefix before ``*``."""
-    for pattern in patterns:
-        if pattern == "*" or pattern == model:
-            return True
-        if pattern.endswith("*") and model.startswith(pattern[:-1]):
-            return True
-    return False
-
-
-class AnthropicBackend:
+class AnthropicBackend(StreamingBackend):
     """Claude through the Anthropic Messages API. The key is held by the SDK client only."""
 
     name = "anthropic"
@@ -72,18 +62,9 @@ class AnthropicBackend:
     def __repr__(self) -> str:  # never show the key
         return f"AnthropicBackend(base_url={str(self._client.base_url)!r}, models={self.models!r})"
 
-    def allows_model(self, model: str) -> bool:
-        """Model allowlist check (exact names or ``prefix*`` patterns)."""
-        return model_allowed(model, self.models)
-
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.close()
-
-    def stream_turn(self, model: str, system: str, messages: list[dict[str, Any]],
-                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
-        """Stream one turn (see :class:`~relay_jupyter.backends.base.Backend`)."""
-        return stream_with_retries(self.retry, lambda: self._one(model, system, messages, tools, max_tokens))
 
     async def _one(self, model: str, system: str, messages: list[dict[str, Any]],
                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:

@@ -14,7 +14,8 @@ and exactly one :class:`Stop`. Failures are :class:`BackendFailure` (a ``BACKEND
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,14 +24,16 @@ from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
 
 __all__ = [
-    "TextDelta",
-    "ToolCallDone",
-    "UsageEvent",
-    "Stop",
-    "TurnEvent",
     "Backend",
     "BackendFailure",
     "RetryPolicy",
+    "Stop",
+    "StreamingBackend",
+    "TextDelta",
+    "ToolCallDone",
+    "TurnEvent",
+    "UsageEvent",
+    "model_allowed",
     "tool_schemas",
 ]
 
@@ -176,3 +179,35 @@ async def stream_with_retries(policy: RetryPolicy, open_stream, sleep=None) -> A
                     status=exc.status, retry_after=delay) from exc
             waited += delay
             await sleep(delay)
+
+
+def model_allowed(model: str, patterns: Iterable[str]) -> bool:
+    """True when ``model`` equals a pattern or starts with a pattern's prefix before ``*``."""
+    for pattern in patterns:
+        if pattern == "*" or pattern == model:
+            return True
+        if pattern.endswith("*") and model.startswith(pattern[:-1]):
+            return True
+    return False
+
+
+class StreamingBackend(ABC):
+    """What the HTTP backends share: the model allowlist, and retries around one streamed request.
+    A subclass sets ``models`` and ``retry`` and implements ``_one`` (one attempt of one turn)."""
+
+    models: tuple[str, ...]
+    retry: RetryPolicy
+
+    def allows_model(self, model: str) -> bool:
+        """Model allowlist check (exact names or ``prefix*`` patterns)."""
+        return model_allowed(model, self.models)
+
+    def stream_turn(self, model: str, system: str, messages: list[dict[str, Any]],
+                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
+        """Stream one turn (see :class:`Backend`), retrying rate limits before the first event."""
+        return stream_with_retries(self.retry, lambda: self._one(model, system, messages, tools, max_tokens))
+
+    @abstractmethod
+    def _one(self, model: str, system: str, messages: list[dict[str, Any]],
+             tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
+        """One attempt at one turn, in the backend's own wire format."""

@@ -15,17 +15,16 @@ from typing import Any
 
 from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
-from .anthropic import model_allowed
 from .base import (
     BackendFailure,
     RetryPolicy,
     Stop,
+    StreamingBackend,
     TextDelta,
     ToolCallDone,
     TurnEvent,
     UsageEvent,
     retry_after_from,
-    stream_with_retries,
 )
 
 __all__ = ["OpenAIBackend", "chat_url", "to_openai_messages"]
@@ -89,7 +88,7 @@ def _tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
                                               "parameters": t.input_schema}} for t in tools]
 
 
-class OpenAIBackend:
+class OpenAIBackend(StreamingBackend):
     """A chat-completions endpoint. ``api_key`` may be None for local servers that need none."""
 
     name = "openai"
@@ -110,18 +109,9 @@ class OpenAIBackend:
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIBackend(url={self._url!r}, models={self.models!r})"
 
-    def allows_model(self, model: str) -> bool:
-        """Model allowlist check (exact names or ``prefix*`` patterns)."""
-        return model_allowed(model, self.models)
-
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.aclose()
-
-    def stream_turn(self, model: str, system: str, messages: list[dict[str, Any]],
-                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
-        """Stream one turn (see :class:`~relay_jupyter.backends.base.Backend`)."""
-        return stream_with_retries(self.retry, lambda: self._one(model, system, messages, tools, max_tokens))
 
     async def _one(self, model: str, system: str, messages: list[dict[str, Any]],
                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:

@@ -23,6 +23,7 @@ from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_unix_socket
 
 from ..core.errors import Code, ConfigRefusal
+from ..protocol.local import unix_socket_answers
 
 __all__ = [
     "REFUSED_PEER_RESPONSE",
@@ -82,16 +83,6 @@ def check_socket_dir(path: Path, *, create: bool = True) -> Path:
     return parent
 
 
-def _socket_answers(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 def bind_private_unix_socket(path: Path) -> socket.socket:
@@ -110,7 +101,7 @@ def bind_private_unix_socket(path: Path) -> socket.socket:
     if st is not None:
         if not stat.S_ISSOCK(st.st_mode):
             raise ConfigRefusal(Code.CONFIG_INVALID, f"{path} exists and is not a socket; refusing to replace it")
-        if _socket_answers(path):
+        if unix_socket_answers(path):
             raise ConfigRefusal(Code.CONFIG_INVALID, f"a relay daemon already listens on {path}")
     # umask as well as tornado's chmod: the socket is never, even briefly, more open than 0600
     old = os.umask(0o177)

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
+from ..protocol.local import unix_socket_answers
+
 __all__ = ["MODEL_KEY_VARS", "NotebookBroker", "headless"]
 
 #: Environment variables holding model keys; not handed to a private daemon unless ``keep_keys``.
@@ -221,18 +223,7 @@ class NotebookBroker:
             time.sleep(0.2)  # the MCP server is starting in another process: nothing to await here
 
     def _answers(self) -> bool:
-        path = self.socket_path
-        if not path.exists():
-            return False
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(0.5)
-        try:
-            probe.connect(str(path))
-            return True
-        except OSError:
-            return False
-        finally:
-            probe.close()
+        return unix_socket_answers(self.socket_path)
 
     def stop(self) -> None:
         """Stop the daemon (SIGTERM, then SIGKILL after 10 s), restore this kernel's environment and
