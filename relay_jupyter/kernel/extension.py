@@ -1,7 +1,8 @@
 """``%load_ext relay_jupyter``: register the magics, the input transformer and ``relay``.
 
 Loading is cheap (no ipywidgets, pandas or LLM SDK import here): they are imported when a cell
-first needs them.
+first needs them. Loading also schedules the pre-warm (``prewarm.py``): finding an already running
+broker, ``grants.get`` and opening the event stream in the background, so the first cell finds them ready.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """Register ``%%agent`` / ``%agent``, the ``await`` rewrite and the ``relay`` helper object."""
     from .api import Relay
     from .magics import AgentMagics
+    from .prewarm import schedule_prewarm
     from .transformer import agent_transformer
 
     if getattr(ipython, "_relay_loaded", False):
@@ -36,6 +38,9 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.push({"relay": relay}, interactive=True)
     ipython._relay_loaded = True
     ipython._relay_hook = hook
+    if magics.prewarm:
+        # only scheduled: it runs on the kernel's loop after this cell, so %load_ext is not slower
+        schedule_prewarm(magics.session)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -51,4 +56,8 @@ def unload_ipython_extension(ipython: Any) -> None:
         except ValueError:
             pass
     ipython.user_ns.pop("relay", None)
+    magics = ipython.magics_manager.registry.get("AgentMagics")
+    task = getattr(getattr(magics, "session", None), "prewarm_task", None)
+    if task is not None and not task.done():
+        task.cancel()
     ipython._relay_loaded = False

@@ -129,6 +129,9 @@ class AgentMagics(Magics):
     update_interval = Float(0.1, min=0.02, help="Minimum seconds between live output updates.").tag(config=True)
     start_daemon = Bool(True, help="Start `jupyter relay serve` on a Unix socket when no broker is found.").tag(
         config=True)
+    prewarm = Bool(True, help="At %load_ext, connect to an already running broker in the background (grant "
+                              "check, event stream) so the first cell starts sooner. Never starts a daemon; "
+                              "set in a profile (it acts at load).").tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)

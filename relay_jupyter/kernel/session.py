@@ -20,6 +20,7 @@ from .conversations import ConversationBook
 from .discovery import discover, notebook_client_name
 from .errors import AgentError, RpcError
 from .follower import RunFollower, Ticker
+from .prewarm import wait_prewarm
 from .render import StreamView, TextSink
 from .tools import KernelTools, summarize
 
@@ -146,17 +147,51 @@ class Session:
         self.tools = KernelTools(shell)
         self.client: RelayClient | None = None
         self.pump: EventPump | None = None
-        self.connected_origin = False
+        self._connected_origin = False
+        self.grant_epoch = 0
+        """Bumped whenever the grant state is set; a stale background ``grants.get`` must not undo a revoke."""
         self.runs: dict[str, asyncio.Task[Any]] = {}
+        self.prewarm_task: asyncio.Task[None] | None = None
+        """The ``%load_ext`` pre-warm (``prewarm.py``) while the first cell has not waited for it."""
+        self.prewarm_error: str | None = None
+        """Why the pre-warm did not finish (never shown: the first cell redoes the step and reports)."""
+
+    @property
+    def connected_origin(self) -> bool:
+        """Whether this notebook is known to have a grant (so the connect card is not needed)."""
+        return self._connected_origin
+
+    @connected_origin.setter
+    def connected_origin(self, value: bool) -> None:
+        self._connected_origin = bool(value)
+        self.grant_epoch += 1
+
+    def resolved_client_name(self) -> str:
+        """``X-Relay-Client`` for this kernel: the configured name, or ``kernel:<notebook>``."""
+        if self.client_name == "kernel":  # the default: name the notebook, so each gets its own origin on the daemon
+            return notebook_client_name(getattr(self.shell, "user_ns", None))
+        return self.client_name
+
+    def adopt(self, client: RelayClient) -> RelayClient:
+        """Use ``client`` from now on, with a fresh event pump."""
+        self.client = client
+        self.pump = EventPump(client)
+        return client
+
+    def drop_client(self) -> None:
+        """Forget the endpoint and its pump (the next cell discovers the broker again)."""
+        if self.pump is not None and self.pump.task is not None and not self.pump.task.done():
+            self.pump.task.cancel()
+        self.client = None
+        self.pump = None
 
     async def get_client(self) -> RelayClient:
         """The broker client (discovered once per kernel)."""
         if self.client is None:
-            name = self.client_name
-            if name == "kernel":  # the default: name the notebook, so each gets its own origin on the daemon
-                name = notebook_client_name(getattr(self.shell, "user_ns", None))
-            self.client = RelayClient(await discover(client_name=name, start_daemon=self.start_daemon))
-            self.pump = EventPump(self.client)
+            endpoint = await discover(client_name=self.resolved_client_name(), start_daemon=self.start_daemon)
+            if self.client is None:
+                self.adopt(RelayClient(endpoint))
+        assert self.client is not None
         return self.client
 
     # ------------------------------------------------------------------ connect card
@@ -200,6 +235,17 @@ class Session:
         await client.call(Method.GRANTS_CREATE, request)
         self.connected_origin = True
 
+    async def _prepare(self, surface: str, opts: RunOptions) -> None:
+        """The grant check (maybe the connect card) and opening the event stream, concurrently: they are
+        independent, and each is a round trip to the broker. A grant failure wins over a stream failure,
+        so the messages are the ones the sequential order gave."""
+        assert self.pump is not None
+        grant, stream = await asyncio.gather(self.ensure_grant(surface, opts), self.pump.start(),
+                                             return_exceptions=True)
+        for outcome in (grant, stream):
+            if isinstance(outcome, BaseException):
+                raise outcome
+
     # ------------------------------------------------------------------ one cell
     def _attachments(self, names: list[str]) -> list[dict[str, Any]]:
         out = []
@@ -218,10 +264,10 @@ class Session:
         """
         surface = detect_surface(self.shell, self.policy.surface)
         attachments = self._attachments(opts.variables)
+        await wait_prewarm(self)
         client = await self.get_client()
-        await self.ensure_grant(surface, opts)
+        await self._prepare(surface, opts)
         assert self.pump is not None
-        await self.pump.start()
         chat = self.book.chat(opts.chat, new=opts.new)
         fork_at = self.book.fork_point(chat, opts.cell_id)
         if fork_at is not None:

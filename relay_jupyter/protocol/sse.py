@@ -7,9 +7,10 @@ is always one line (``json.dumps`` escapes newlines), so one ``data:`` field per
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.types import Event
+if TYPE_CHECKING:  # only an annotation here: the kernel parses SSE and must not pay for pydantic (~0.1-0.2 s)
+    from ..core.types import Event
 
 __all__ = ["encode_event", "encode_comment", "encode_raw", "parse_stream"]
 

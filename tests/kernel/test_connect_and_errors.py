@@ -41,10 +41,13 @@ def test_connect_card_creates_the_grant(fresh: tuple[Any, FakeBroker]) -> None:
     (create,) = [p for m, p in fake.calls if m == "grants.create"]
     assert create["models"] == ["claude-x"] and "write_file" in create["tools"]
     assert create["budget"]["tokens_per_day"] == 200_000
-    # the second cell does not ask again
+    # the second cell does not ask again (the load-time pre-warm and the first cell each asked once:
+    # a pre-warm that found no grant does not spare the first cell its own check)
+    asked = [m for m, _ in fake.calls].count("grants.get")
+    assert asked in (1, 2)
     fake.script([("text", "again")])
     execute(kc, "%%agent\nhello again")
-    assert [m for m, _ in fake.calls].count("grants.get") == 1
+    assert [m for m, _ in fake.calls].count("grants.get") == asked
 
 
 def test_headless_without_grant_fails_with_one_line(fresh: tuple[Any, FakeBroker]) -> None:
