@@ -64,6 +64,10 @@ def test_prewarm_connects_before_the_first_cell_and_shows_nothing(tmp_path: Path
             assert reply["status"] == "ok" and "warm hello" in text_of(msgs)
             # the first cell used what the pre-warm made: no second grants.get, no second stream
             assert [m for m, _ in fake.calls] == ["grants.get", "run.start"] and len(fake.subscribers) == 1
+            # the first cell's cost was mostly pydantic (0.08-0.25 s), pulled in by the SSE parser's module
+            reply, msgs = execute(kc, "import sys\nprint(sorted(m for m in ('pydantic', 'ipywidgets', 'anthropic') "
+                                      "if m in sys.modules))")
+            assert "[]" in text_of(msgs), text_of(msgs)
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)
