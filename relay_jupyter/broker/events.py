@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.caller import Caller, CallerKind
@@ -119,29 +119,31 @@ class EventBus:
 
         May be called from a worker thread: delivery is then scheduled onto the bus's loop.
         """
-        event = self.store.append_event(type, dict(data or {}), origin=origin, run_id=run_id)
-        self._deliver([event])
-        return event
+        return self.append_many([(type, dict(data or {}), origin, run_id)])[0]
 
     def append_many(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]) -> list[Event]:
         """Store a batch of (type, data, origin, run_id) in one transaction and deliver it."""
-        events = self.store.append_events(items)
-        self._deliver(events)
-        return events
-
-    def _deliver(self, events: list[Event]) -> None:
+        framed = getattr(self.store, "append_events_framed", None)
+        if framed is not None:
+            # the SQLite store hands back the SSE frames it stored: encoding an event again (pydantic
+            # dump + json) was most of the time between an append and its delivery
+            events, frames = framed(items)
+        else:
+            events, frames = self.store.append_events(items), None
         self.appended += len(events)
         if self._loop is not None and threading.get_ident() != self._loop_thread:
-            self._loop.call_soon_threadsafe(self._fanout, events)
+            self._loop.call_soon_threadsafe(self._fanout, events, frames)
         else:
-            self._fanout(events)
+            self._fanout(events, frames)
+        return events
 
-    def _fanout(self, events: Iterable[Event]) -> None:
-        for event in events:
+    def _fanout(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
+        for n, event in enumerate(events):
             self._track_run(event)
             if not self._subscribers:
                 continue
-            frame: bytes | None = None  # encoded at most once, shared by every subscriber
+            # encoded at most once (or taken from the store), shared by every subscriber
+            frame: bytes | None = frames[n] if frames is not None else None
             for sub in list(self._subscribers):
                 if can_see(sub.caller, event):
                     if frame is None:

@@ -96,6 +96,16 @@ class EventsMixin(Database):
 
         Raises TypeError / ValueError when any item is malformed; nothing is written then.
         """
+        return self._append(items)[0]
+
+    def append_events_framed(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
+                             ) -> tuple[list[Event], list[bytes]]:
+        """:meth:`append_events`, also returning each event's stored SSE frame (``encode_event(event)``
+        byte for byte), so the event bus delivers it live without encoding it a second time."""
+        return self._append(items)
+
+    def _append(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
+                ) -> tuple[list[Event], list[bytes]]:
         items = list(items)
         for item in items:
             if not isinstance(item, tuple | list) or len(item) != 4:
@@ -107,7 +117,7 @@ class EventsMixin(Database):
                     and (r is None or (type(r) is str and r and "\x00" not in r))):
                 _check_event(t, d, o, r)
         if not items:
-            return []
+            return [], []
         ts = float(self.now())
         head = f'"ts":{ts!r}'
         middles: dict[tuple[str, str | None, str | None], str] = {}
@@ -125,14 +135,14 @@ class EventsMixin(Database):
             first = conn.execute(
                 "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
                 "COALESCE((SELECT MAX(id) FROM events), 0)) + 1").fetchone()[0]
-            conn.executemany(
-                "INSERT INTO events (id, ts, type, origin, run_id, frame) VALUES (?,?,?,?,?,?)",
-                [(first + n, ts, t, o, r, f'id: {first + n}\nevent: {t}\ndata: {{"id":{first + n},{tail}'.encode())
-                 for n, ((t, _, o, r), tail) in enumerate(zip(items, tails, strict=True))])
+            rows = [(first + n, ts, t, o, r, f'id: {first + n}\nevent: {t}\ndata: {{"id":{first + n},{tail}'.encode())
+                    for n, ((t, _, o, r), tail) in enumerate(zip(items, tails, strict=True))]
+            conn.executemany("INSERT INTO events (id, ts, type, origin, run_id, frame) VALUES (?,?,?,?,?,?)", rows)
         # data is copied (shallow), as validation would: a caller changing its dict later does not
         # change the returned event
-        return [_event({"id": first + n, "ts": ts, "type": t, "origin": o, "run_id": r, "data": dict(d)})
-                for n, (t, d, o, r) in enumerate(items)]
+        events = [_event({"id": first + n, "ts": ts, "type": t, "origin": o, "run_id": r, "data": dict(d)})
+                  for n, (t, d, o, r) in enumerate(items)]
+        return events, [row[5] for row in rows]
 
     def _rows_since(self, columns: str, since: int, limit: int | None,
                     origins: Collection[str] | None) -> list[tuple[Any, ...]]:

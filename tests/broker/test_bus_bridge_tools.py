@@ -136,3 +136,33 @@ async def test_strict_params(broker, call):
     assert r["error"]["code"] == -32602
     r = await call(KERNEL_A, "permission.answer", {"request_id": "x", "decision": "maybe"})
     assert r["error"]["code"] == -32602 and "maybe" not in str(r)  # input is never echoed
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_live_frames_equal_replay_and_encode_event(kind, tmp_path):
+    """The bus hands subscribers the frame the SQLite store stored (no second encoding); what a live
+    subscriber gets must be byte-identical to replay and to encode_event, for either store, and from
+    a worker thread too."""
+    from relay_jupyter.broker.events import EventBus
+    from relay_jupyter.core.memory import MemoryEventStore
+    from relay_jupyter.protocol.sse import encode_event
+    from relay_jupyter.storage import Store
+
+    store = Store.open(tmp_path / "relay.db") if kind == "sqlite" else MemoryEventStore()
+    try:
+        bus = EventBus(store)
+        sub = bus.subscribe(BROWSER, maxsize=100)
+        events = [bus.append("run.text_delta", {"text": "é \"q\"\n😀"}, origin=KERNEL_A.origin, run_id="r1")]
+        events += bus.append_many([("t", {"n": n, "f": 2.5}, None, None) for n in range(3)])
+        events += await asyncio.to_thread(bus.append_many, [("t", {"from": "thread"}, KERNEL_B.origin, None)])
+        async with asyncio.timeout(2):
+            while sub.pending < 5:
+                await sub.wait(1)
+        live = sub.drain()
+        assert [i for i, _ in live] == [e.id for e in events] == [1, 2, 3, 4, 5]
+        assert [f for _, f in live] == [encode_event(e) for e in events]
+        assert bus.replay_frames(BROWSER, 0, limit=100)[1] == b"".join(f for _, f in live)
+    finally:
+        if kind == "sqlite":
+            store.close()
