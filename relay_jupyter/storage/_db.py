@@ -15,8 +15,8 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from json.encoder import encode_basestring
+from pathlib import Path
 from typing import Any, Self
 
 from .errors import StoreError
