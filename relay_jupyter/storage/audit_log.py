@@ -100,8 +100,13 @@ def _with_seq(record: AuditRecord, seq: int) -> AuditRecord:
     stored = object.__new__(type(record))
     values = dict(record.__dict__)
     values["seq"] = seq
+    fields_set = record.__pydantic_fields_set__
+    if "seq" not in fields_set:
+        fields_set = fields_set | {"seq"}
+    # else the original's set is shared: both records are frozen (pydantic then never changes the set
+    # in place; model_copy copies it first), and the gate's records already name every field
     object.__setattr__(stored, "__dict__", values)
-    object.__setattr__(stored, "__pydantic_fields_set__", record.__pydantic_fields_set__ | {"seq"})
+    object.__setattr__(stored, "__pydantic_fields_set__", fields_set)
     object.__setattr__(stored, "__pydantic_extra__", record.__pydantic_extra__)
     object.__setattr__(stored, "__pydantic_private__", record.__pydantic_private__)
     return stored
@@ -143,7 +148,10 @@ class AuditLog:
                 raise StoreError(f"cannot open the audit log {self.path}: {exc.strerror or exc}") from exc
             raise
         self._size = os.fstat(self._fd).st_size
-        self._cond = threading.Condition(threading.Lock())
+        # append() takes the plain lock (its C context manager is cheaper than Condition's Python
+        # __enter__/__exit__, a tenth of an append); the fsync thread waits on a Condition of that lock
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._dirty = False
         self._pending = 0
         self._closed = False
@@ -213,7 +221,7 @@ class AuditLog:
         Raises StoreError after :meth:`close`, OSError when the disk refuses the write (nothing is
         left half-written then).
         """
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise StoreError("the audit log is closed")
             stored = _with_seq(record, self._seq + 1)
@@ -229,11 +237,13 @@ class AuditLog:
             return stored
 
     def _write_locked(self, line: bytes) -> None:
-        view = memoryview(line)
         written = 0
         try:
-            while written < len(line):
-                written += os.write(self._fd, view[written:])
+            written = os.write(self._fd, line)
+            if written < len(line):  # a short write (a full disk, a signal): write the rest
+                view = memoryview(line)
+                while written < len(line):
+                    written += os.write(self._fd, view[written:])
         except BaseException:
             if written:
                 # never leave a torn line in the middle of the log
