@@ -210,12 +210,23 @@ def _edge_scan(disc: bytearray, i: int, length: int, step: int) -> None:
             break
 
 
-class _Myers:
-    """Myers' divide-and-conquer shortest edit script over two int sequences (GNU diffseq semantics)."""
+class _WorkExceeded(Exception):
+    """The exact search would take longer than its budget (see ``EXACT_STEPS``)."""
 
-    def __init__(self, xv: list[int], yv: list[int]) -> None:
+
+class _Myers:
+    """Myers' divide-and-conquer shortest edit script over two int sequences (GNU diffseq semantics).
+
+    ``budget`` is a one-item list holding the diagonals that may still be examined, shared by the
+    searches of one diff (None: unbounded). GNU runs this search in C; in Python
+    a region with thousands of changes among hundreds of thousands of equal lines costs a minute, so
+    the large-file path gives it a budget and falls back to per-window analysis when it runs out.
+    """
+
+    def __init__(self, xv: list[int], yv: list[int], budget: list[int] | None = None) -> None:
         self.xv = xv
         self.yv = yv
+        self.budget = budget
         n = len(xv) + len(yv) + 3
         self.off = len(yv) + 1
         self.fd = [0] * n
@@ -242,6 +253,10 @@ class _Myers:
         big = 1 << 62
         c = 1
         while True:
+            if self.budget is not None:
+                self.budget[0] -= (fmax - fmin) + (bmax - bmin) + 2
+                if self.budget[0] < 0:
+                    raise _WorkExceeded
             if fmin > dmin:
                 fmin -= 1
                 fd[o + fmin - 1] = -1
@@ -386,14 +401,14 @@ def _shift_boundaries(equivs: list[int], changed: bytearray, other: bytearray) -
                 j -= 1
 
 
-def _analyze(old: Sequence[bytes], new: Sequence[bytes], total0: int, total1: int
-             ) -> tuple[bytearray, bytearray]:
+def _analyze(old: Sequence[bytes], new: Sequence[bytes], total0: int, total1: int,
+             budget: list[int] | None = None) -> tuple[bytearray, bytearray]:
     """Changed-line flags for one region, with a 0 sentinel at each end (line k at index k + 1)."""
     classes: dict[bytes, int] = {}
     eq0 = [classes.setdefault(line, len(classes) + 1) for line in old]
     eq1 = [classes.setdefault(line, len(classes) + 1) for line in new]
     keep0, keep1, ch0, ch1 = _discard_confusing(eq0, eq1, total0, total1)
-    m = _Myers([eq0[i] for i in keep0], [eq1[i] for i in keep1])
+    m = _Myers([eq0[i] for i in keep0], [eq1[i] for i in keep1], budget)
     m.run()
     for x in m.xdel:
         ch0[keep0[x]] = 1
@@ -515,8 +530,13 @@ def _format(changes: list[Change], old_line, new_line, n0: int, n1: int,
     return DiffResult(b"".join(out), first_line, hunks)
 
 
-def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str = "b") -> DiffResult:
-    """Diff two whole byte strings (for small files and tests). Same output as ``diff -u --label``."""
+def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str = "b",
+                 budget: int | None = None) -> DiffResult:
+    """Diff two whole byte strings (for small files and tests). Same output as ``diff -u --label``.
+
+    Raises:
+        _WorkExceeded: only with a ``budget``, when the exact search would exceed it.
+    """
     a, b = split_lines(old), split_lines(new)
     pre = 0
     lim = min(len(a), len(b))
@@ -530,8 +550,17 @@ def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str
     lo = max(pre - _HORIZON, 0)
     hi0 = min(len(a) - suf + _HORIZON, len(a))
     hi1 = min(len(b) - suf + _HORIZON, len(b))
-    ch0, ch1 = _analyze(a[lo:hi0], b[lo:hi1], hi0 - lo, hi1 - lo)
+    ch0, ch1 = _analyze(a[lo:hi0], b[lo:hi1], hi0 - lo, hi1 - lo, None if budget is None else [budget])
     changes = _changes(ch0, ch1, lo, lo)
+    return _format(changes, a.__getitem__, b.__getitem__, len(a), len(b), old_label, new_label)
+
+
+def _replace_middle(old: bytes, new: bytes, old_label: str, new_label: str) -> DiffResult:
+    """The differing middle of two files as one replacement: what an out-of-budget search falls back
+    to. Correct and applicable by patch; GNU would align the lines more finely."""
+    a, b = split_lines(old), split_lines(new)
+    pre, suf = _trim(a, b)
+    changes = [Change(pre, pre, len(a) - suf - pre, len(b) - suf - pre)]
     return _format(changes, a.__getitem__, b.__getitem__, len(a), len(b), old_label, new_label)
 
 
@@ -679,6 +708,9 @@ def _units_dense(old: bytes, new: bytes, starts: list[int], n_lines: int,
 #: Above this many changed lines a windowed diff that cannot be proven GNU's is kept rather than
 #: re-run over the whole region (the exact run's search would take seconds in Python).
 EXACT_WORK = 3000
+#: Diagonal steps the exact whole-region search may take (about a second of CPython on this machine)
+#: before the windowed analysis is used instead.
+EXACT_STEPS = 4_000_000
 
 #: With more spans than this, the old file's line table is built once instead of searched per span.
 DENSE_SPANS = 64
@@ -698,8 +730,12 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
         return DiffResult(b"", None, 0)
     if len(old) + len(new) <= EXACT_LIMIT:
         # Small enough to analyse whole, exactly as GNU does (its "confusing lines" counts are
-        # taken over the whole differing region, which windows can only approximate).
-        return unified_diff(old, new, old_label=old_label, new_label=new_label)
+        # taken over the whole differing region, which windows can only approximate) — within a
+        # budget: a replace_all over thousands of repeated lines would cost a minute of Python.
+        try:
+            return unified_diff(old, new, old_label=old_label, new_label=new_label, budget=EXACT_STEPS)
+        except _WorkExceeded:
+            return _replace_middle(old, new, old_label, new_label)
     dense = len(spans) > DENSE_SPANS
     if dense:
         table = old.split(b"\n")
@@ -769,8 +805,12 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
         estimate += sum(c.deleted + c.inserted for c in changes)
         if estimate <= EXACT_WORK:
             # GNU's choice here depends on lines outside the windows (see core.gnudiff_gate): run its
-            # algorithm over the whole differing region instead, which is exact.
-            return unified_diff(old, new, old_label=old_label, new_label=new_label)
+            # algorithm over the whole differing region instead, which is exact — within a budget, so
+            # that one edit never takes more than about a second (see _Myers).
+            try:
+                return unified_diff(old, new, old_label=old_label, new_label=new_label, budget=EXACT_STEPS)
+            except _WorkExceeded:
+                pass
         if pending:
             # Too many changed lines for the exact run in Python (GNU's search is quadratic in them
             # up to its TOO_EXPENSIVE cut-off): each window is analysed like its own GNU run, which
@@ -832,15 +872,27 @@ def _analyse_windows(old: bytes, new: bytes, units: list[_Unit], region0: int, r
     over any simple unit they cover, whose change is then recomputed here).
     """
     margin = _HORIZON + CONTEXT + 1
+    budget = [EXACT_STEPS]  # shared by every window's search
     windows: list[tuple[int, int, int, int, int, int]] = []  # (o0, o1, line0, delta_lines, first, last)
+    # One pass over the (sorted, disjoint) units: every unit is absorbed into at most one window and
+    # scanned at most once in each direction. A unit already inside the open window only lets its
+    # margin reach further. (Scanning from every complex unit was quadratic in dense replace_all edits:
+    # 76 s for one edit of a repetitive 1 MB file.)
     for idx, u in enumerate(units):
         if not u.complex:
             continue
-        o0, o1 = _extend(old, u.o0, u.o1, margin)
-        first = last = idx
-        while first > 0 and units[first - 1].o1 > o0:
-            first -= 1
-            o0 = min(o0, _extend(old, units[first].o0, units[first].o1, margin)[0])
+        if windows and idx <= windows[-1][5]:
+            o0, o1, _l0, _d, first, last = windows.pop()
+            o1 = max(o1, _extend(old, u.o0, u.o1, margin)[1])
+        else:
+            o0, o1 = _extend(old, u.o0, u.o1, margin)
+            first = last = idx
+            floor = windows[-1][5] if windows else -1  # units up to here belong to the previous window
+            while first - 1 > floor and units[first - 1].o1 > o0:
+                first -= 1
+                o0 = min(o0, _extend(old, units[first].o0, units[first].o1, margin)[0])
+            if first - 1 == floor and floor >= 0 and units[floor].o1 > o0:
+                o0 = min(o0, windows[-1][0])  # reaches into the previous window: merged below
         while last + 1 < len(units) and units[last + 1].o0 < o1:
             last += 1
             o1 = max(o1, _extend(old, units[last].o0, units[last].o1, margin)[1])
@@ -866,8 +918,13 @@ def _analyse_windows(old: bytes, new: bytes, units: list[_Unit], region0: int, r
         lo = max(pre - _HORIZON, 0)
         hi0 = min(len(a) - suf + _HORIZON, len(a))
         hi1 = min(len(b) - suf + _HORIZON, len(b))
-        ch0, ch1 = _analyze(a[lo:hi0], b[lo:hi1], region0, region1)
-        found = _changes(ch0, ch1, line0 + lo, line0 + dl + lo)
+        try:
+            ch0, ch1 = _analyze(a[lo:hi0], b[lo:hi1], region0, region1, budget)
+            found = _changes(ch0, ch1, line0 + lo, line0 + dl + lo)
+        except _WorkExceeded:
+            # Out of budget: the window's differing middle as one replacement. A correct diff that
+            # patch applies, bounded in time; only its alignment may differ from GNU's.
+            found = [Change(line0 + pre, line0 + dl + pre, len(a) - suf - pre, len(b) - suf - pre)]
         changes.extend(found)
         keep = {id(c) for c in found}
         drop.difference_update(keep)
