@@ -18,12 +18,12 @@ import asyncio
 import hashlib
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..protocol.local import unix_socket_answers
 from .client import Endpoint
 from .errors import BrokerUnreachable
 
@@ -58,20 +58,6 @@ def daemon_command(socket_path: Path) -> list[str]:
             "--idle-timeout", str(DAEMON_IDLE_TIMEOUT)]
 
 
-def _socket_answers(path: Path) -> bool:
-    if not path.exists():
-        return False
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(0.5)
-    try:
-        probe.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-
-
 def _spawn_daemon(path: Path, log: Path) -> subprocess.Popen[bytes]:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
@@ -86,7 +72,7 @@ async def _start_daemon(path: Path, wait: float) -> None:
     process = _spawn_daemon(path, log)  # a fork+exec: quick, not worth a thread
     deadline = asyncio.get_running_loop().time() + wait
     while asyncio.get_running_loop().time() < deadline:
-        if _socket_answers(path):
+        if unix_socket_answers(path):
             return
         if process.poll() is not None:
             break
@@ -141,7 +127,7 @@ async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wa
         token = _daemon_token()
         return Endpoint(url, f"Bearer {token}" if token else None, client_name)
     path = default_socket_path()
-    if not _socket_answers(path):
+    if not unix_socket_answers(path):
         if not start_daemon:
             raise BrokerUnreachable(
                 f"no relay broker: RELAY_URL is not set and no daemon listens on {path}; start Jupyter with the "
