@@ -31,8 +31,11 @@ $(PEERS): tests/peers/package.json
 
 peers: $(PEERS)
 
+# Jupyter refuses to run as root without --allow-root (containers, CI machines): pass it only then.
+ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
 lab: install labext
-	$(BIN)/jupyter lab notebooks/quickstart.ipynb
+	$(BIN)/jupyter lab $(ROOT_FLAG) notebooks/quickstart.ipynb
 
 lint: install-test
 	$(BIN)/lint-imports
