@@ -29,6 +29,14 @@ __all__ = ["KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS", "KernelBridge"]
 #: Longest kernel-tool result kept (characters); longer content is cut with a marker.
 MAX_RESULT_CHARS = 200_000
 
+#: Arguments of the two code tools (propose_cell, run_code).
+_CODE_SCHEMA: dict = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "maxLength": 100_000}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
 KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="list_variables",
@@ -52,23 +60,13 @@ KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="propose_cell",
         description="Propose a new code cell to the user; it is inserted below the agent cell, not run.",
-        input_schema={
-            "type": "object",
-            "properties": {"code": {"type": "string", "maxLength": 100_000}},
-            "required": ["code"],
-            "additionalProperties": False,
-        },
+        input_schema=_CODE_SCHEMA,
         tool_class=ToolClass.WRITE,
     ),
     ToolSpec(
         name="run_code",
         description="Run Python code in the notebook's kernel and return its output.",
-        input_schema={
-            "type": "object",
-            "properties": {"code": {"type": "string", "maxLength": 100_000}},
-            "required": ["code"],
-            "additionalProperties": False,
-        },
+        input_schema=_CODE_SCHEMA,
         tool_class=ToolClass.WRITE,
     ),
 )

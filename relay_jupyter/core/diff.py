@@ -538,13 +538,7 @@ def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str
         _WorkExceeded: only with a ``budget``, when the exact search would exceed it.
     """
     a, b = split_lines(old), split_lines(new)
-    pre = 0
-    lim = min(len(a), len(b))
-    while pre < lim and a[pre] == b[pre]:
-        pre += 1
-    suf = 0
-    while suf < lim - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
-        suf += 1
+    pre, suf = _trim(a, b)
     if pre == len(a) and pre == len(b):
         return DiffResult(b"", None, 0)
     lo = max(pre - _HORIZON, 0)
