@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import relay_jupyter.core.diff as diff_mod
-from relay_jupyter.core.diff import _WorkExceeded, unified_diff, unified_diff_spans
+from relay_jupyter.core.diff import WorkExceeded, unified_diff, unified_diff_spans
 from relay_jupyter.core.edit import Edit, apply_edits
 
 from test_diff_gnu_random import patched
@@ -25,7 +25,7 @@ def repetitive(n: int, seed: int = 7) -> bytes:
 
 def test_a_tiny_budget_stops_the_exact_search():
     old, new = repetitive(2000, seed=7), repetitive(2000, seed=8)
-    with pytest.raises(_WorkExceeded):
+    with pytest.raises(WorkExceeded):
         unified_diff(old, new, budget=10)
     assert unified_diff(old, new).text  # no budget: exact, as before
 
