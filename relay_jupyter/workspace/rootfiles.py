@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from relay_jupyter.core.errors import Code, WorkspaceRefusal
 from relay_jupyter.core.protected import ProtectedPaths
@@ -31,57 +33,54 @@ class RootFiles:
         parts, _resolved = self.protected.resolve(target)
         return parts
 
-    def read(self, target: str) -> bytes | None:
-        """The target's bytes, or None when it does not exist."""
+    @contextmanager
+    def _parent(self, target: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """(fd of the target's parent directory, file name), walked from the root's fd with O_NOFOLLOW."""
         parts = self.check(target)
         root_fd = fsops.open_root(self.protected.root)
         try:
-            try:
-                with fsops.walk_dirs(root_fd, parts[:-1], shown=target) as d:
-                    st = fsops.lstat_at(d, parts[-1])
-                    if st is None:
-                        return None
-                    if stat.S_ISLNK(st.st_mode):
-                        raise fsops.refuse_symlink(target)
-                    return fsops.read_file_at(d, parts[-1], max_bytes=self.max_file_bytes, shown=target)
-            except WorkspaceRefusal as exc:
-                if exc.code is Code.NOT_FOUND:
-                    return None
-                raise
+            kwargs = {"create": True, "mode": 0o755} if create else {}
+            with fsops.walk_dirs(root_fd, parts[:-1], shown=target, **kwargs) as d:
+                yield d, parts[-1]
         finally:
             os.close(root_fd)
+
+    def read(self, target: str) -> bytes | None:
+        """The target's bytes, or None when it does not exist."""
+        try:
+            with self._parent(target) as (d, name):
+                st = fsops.lstat_at(d, name)
+                if st is None:
+                    return None
+                if stat.S_ISLNK(st.st_mode):
+                    raise fsops.refuse_symlink(target)
+                return fsops.read_file_at(d, name, max_bytes=self.max_file_bytes, shown=target)
+        except WorkspaceRefusal as exc:
+            if exc.code is Code.NOT_FOUND:
+                return None
+            raise
 
     def write(self, target: str, data: bytes) -> None:
         """Write the target atomically (parents created), never through a symlink."""
-        parts = self.check(target)
-        root_fd = fsops.open_root(self.protected.root)
-        try:
-            with fsops.walk_dirs(root_fd, parts[:-1], create=True, shown=target, mode=0o755) as d:
-                st = fsops.lstat_at(d, parts[-1])
-                mode = stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISREG(st.st_mode) else 0o644
-                fsops.write_file_at(d, parts[-1], data, mode=mode, shown=target)
-        finally:
-            os.close(root_fd)
+        with self._parent(target, create=True) as (d, name):
+            st = fsops.lstat_at(d, name)
+            mode = stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISREG(st.st_mode) else 0o644
+            fsops.write_file_at(d, name, data, mode=mode, shown=target)
 
     def remove(self, target: str) -> bool:
         """Delete the target file (revert of a push that created it); False when already gone."""
-        parts = self.check(target)
-        root_fd = fsops.open_root(self.protected.root)
         try:
-            try:
-                with fsops.walk_dirs(root_fd, parts[:-1], shown=target) as d:
-                    st = fsops.lstat_at(d, parts[-1])
-                    if st is None:
-                        return False
-                    if not stat.S_ISREG(st.st_mode):
-                        raise WorkspaceRefusal(Code.PATH_REFUSED, f"{target!r} is not a regular file",
-                                               data={"reason": "not a regular file"})
-                    os.unlink(parts[-1], dir_fd=d)
-                    os.fsync(d)
-                    return True
-            except WorkspaceRefusal as exc:
-                if exc.code is Code.NOT_FOUND:
+            with self._parent(target) as (d, name):
+                st = fsops.lstat_at(d, name)
+                if st is None:
                     return False
-                raise
-        finally:
-            os.close(root_fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise WorkspaceRefusal(Code.PATH_REFUSED, f"{target!r} is not a regular file",
+                                           data={"reason": "not a regular file"})
+                os.unlink(name, dir_fd=d)
+                os.fsync(d)
+                return True
+        except WorkspaceRefusal as exc:
+            if exc.code is Code.NOT_FOUND:
+                return False
+            raise
