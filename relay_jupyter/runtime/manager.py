@@ -23,10 +23,11 @@ from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, RoutingRefu
 from ..core.types import ConsentDecision, PermissionMode
 from ..protocol.names import EventType
 from .call_ids import CallIds, history_ids
-from .context import OUTCOME_UNKNOWN, prepare, tool_result_block, user_message
+from .context import prepare, tool_result_block, user_message
 from .conversations import next_turn
 from .driver import Coalescer, TurnResult, drive_turn
 from .executor import Executor
+from .recovery import recover, stored_messages
 from .review import ReviewConsent
 from .tools import ToolContext, ToolIndex, ToolProvider, ToolResult
 
@@ -227,28 +228,9 @@ class RunManager:
 
     def recover(self) -> list[str]:
         """At broker start: unfinished runs become ``interrupted``; every call with an intent and
-        no outcome is answered "outcome unknown" in its stored conversation (never re-executed)."""
-        rows = {r["run_id"]: r for r in self.journal.list_runs(limit=1_000_000)
-                if r.get("finished_at") is None}
-        if hasattr(self.journal, "mark_interrupted"):
-            ids = list(self.journal.mark_interrupted())
-        else:
-            ids = list(self.journal.unfinished_runs())
-            for run_id in ids:
-                self.journal.run_finished(run_id, "interrupted")
-        for run_id in ids:
-            row = rows.get(run_id, {})
-            finished = self._finished_calls(run_id)
-            unknown = {c["call_id"] for c in self.journal.calls_without_outcome(run_id)}
-            for call_id in unknown:
-                self.journal.call_outcome(run_id, call_id, {"status": "unknown", "outcome_unknown": True})
-            conversation = row.get("conversation")
-            if conversation:
-                self._repair_history(conversation, row.get("origin", ""), unknown, finished)
-            self.events.append(EventType.INTERRUPTED, {"run_id": run_id, "conversation": conversation,
-                                                       "outcome_unknown": sorted(unknown)},
-                               origin=row.get("origin"), run_id=run_id)
-        return ids
+        no outcome is answered "outcome unknown" in its stored conversation (never re-executed).
+        See :mod:`relay_jupyter.runtime.recovery`."""
+        return recover(self.journal, self.conversations, self.events)
 
     # ---- the run ----------------------------------------------------------------------------
 
@@ -275,7 +257,7 @@ class RunManager:
 
     async def _loop(self, run: _Run, backend: Backend) -> None:
         cfg, params, ctx = self.config, run.params, run.ctx
-        history = _messages(self.conversations.load_conversation(ctx.conversation))
+        history = stored_messages(self.conversations.load_conversation(ctx.conversation))
         run.turn = next_turn(history)
         call_ids = CallIds(history_ids(history))
         history.append(user_message(params.prompt, params.attachments, turn=run.turn))
@@ -364,37 +346,6 @@ class RunManager:
         run.history.append({"role": "user", "content": blocks, "turn": run.turn})
         run.pending, run.results = [], {}
 
-    def _finished_calls(self, run_id: str) -> dict[str, dict[str, Any]]:
-        """Calls of ``run_id`` whose outcome the journal recorded before the crash (their results were
-        only in memory: a turn's results are stored together once every call of the turn is done).
-        Needs a journal with ``get_run`` (the SQLite store; an in-memory journal does not outlive a crash)."""
-        get_run = getattr(self.journal, "get_run", None)
-        run = get_run(run_id) if get_run is not None else None
-        return {c["call_id"]: c["outcome"] for c in (run or {}).get("calls") or []
-                if isinstance(c.get("outcome"), dict)}
-
-    def _repair_history(self, conversation: str, origin: str, unknown: set[str],
-                        finished: dict[str, dict[str, Any]] | None = None) -> None:
-        row = self.conversations.load_conversation(conversation) or {}
-        history = _messages(row)
-        if not history:
-            return
-        answered = {b.get("tool_use_id") for m in history if m.get("role") == "user"
-                    for b in m.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"}
-        blocks, turn = [], None
-        for m in history:
-            if m.get("role") != "assistant":
-                continue
-            for b in m.get("content") or []:
-                if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") not in answered:
-                    turn = m.get("turn", turn)
-                    text, is_error = _recovered_answer(b["id"], unknown, finished or {})
-                    blocks.append(tool_result_block(b["id"], b.get("name", ""), text, is_error))
-        if blocks:
-            history.append({"role": "user", "content": blocks, "turn": turn})
-            self.conversations.save_conversation(conversation, row.get("origin") or origin, row.get("name", ""),
-                                                 history, row.get("meta") or {})
-
     def _save(self, run: _Run) -> None:
         name = _name_of(run.history)
         self.conversations.save_conversation(run.ctx.conversation, run.ctx.origin, name, run.history,
@@ -474,23 +425,6 @@ class _GateMeter:
 
     async def settle(self, handle: Any, usage: Any) -> None:
         await _maybe(self.gate.settle_completion(handle, self.model, usage))
-
-
-def _recovered_answer(call_id: str, unknown: set[str], finished: dict[str, dict[str, Any]]) -> tuple[str, bool]:
-    """The result a crash-repaired call gets: never "not run" for a call the journal saw run."""
-    outcome = finished.get(call_id)
-    if call_id in unknown or (outcome is not None and outcome.get("outcome_unknown")):
-        return OUTCOME_UNKNOWN, True
-    if outcome is not None:
-        status = str(outcome.get("status") or "unknown")
-        return (f"completed before the broker stopped (status: {status}), but its output was lost; "
-                "the action happened: check its effect before repeating it"), status != "ok"
-    return "not run: the broker stopped before this call started", True
-
-
-def _messages(row: dict[str, Any] | None) -> list[dict[str, Any]]:
-    messages = (row or {}).get("messages")
-    return list(messages) if isinstance(messages, list) else []
 
 
 def _name_of(history: list[dict[str, Any]]) -> str:
