@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from relay_jupyter.core.errors import Code, WorkspaceRefusal
 
 __all__ = [
-    "DIR_FLAGS", "open_root", "walk_dirs", "prove_inside", "read_file_at", "write_file_at",
+    "DIR_FLAGS", "open_root", "walk_dirs", "parent_dir", "prove_inside", "read_file_at", "write_file_at",
     "lstat_at", "refuse_symlink", "oserror_refusal",
 ]
 
@@ -52,6 +52,19 @@ def oserror_refusal(exc: OSError, shown: str) -> WorkspaceRefusal:
 def open_root(path: str | os.PathLike[str]) -> int:
     """Open a root directory (itself not a symlink) and return its fd."""
     return os.open(path, DIR_FLAGS)
+
+
+@contextmanager
+def parent_dir(root: str | os.PathLike[str], parts: tuple[str, ...], *, create: bool = False, shown: str = "",
+               mode: int = 0o700) -> Iterator[int]:
+    """Yield an fd of the directory holding ``parts[-1]`` below ``root``: the root is opened, the path walked
+    with ``O_NOFOLLOW`` (see :func:`walk_dirs`), and everything closed afterwards."""
+    root_fd = open_root(root)
+    try:
+        with walk_dirs(root_fd, parts[:-1], create=create, shown=shown, mode=mode) as d:
+            yield d
+    finally:
+        os.close(root_fd)
 
 
 @contextmanager

@@ -37,13 +37,9 @@ class RootFiles:
     def _parent(self, target: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
         """(fd of the target's parent directory, file name), walked from the root's fd with O_NOFOLLOW."""
         parts = self.check(target)
-        root_fd = fsops.open_root(self.protected.root)
-        try:
-            kwargs = {"create": True, "mode": 0o755} if create else {}
-            with fsops.walk_dirs(root_fd, parts[:-1], shown=target, **kwargs) as d:
-                yield d, parts[-1]
-        finally:
-            os.close(root_fd)
+        kwargs = {"create": True, "mode": 0o755} if create else {}
+        with fsops.parent_dir(self.protected.root, parts, shown=target, **kwargs) as d:
+            yield d, parts[-1]
 
     def read(self, target: str) -> bytes | None:
         """The target's bytes, or None when it does not exist."""

@@ -101,13 +101,8 @@ class Workspace:
     def read(self, path: str) -> bytes:
         """The bytes of a workspace file."""
         parts = split_relpath(path)
-        with self.lock:
-            root_fd = fsops.open_root(self.root)
-            try:
-                with fsops.walk_dirs(root_fd, parts[:-1], shown=path) as d:
-                    return fsops.read_file_at(d, parts[-1], max_bytes=self.max_file_bytes, shown=path)
-            finally:
-                os.close(root_fd)
+        with self.lock, fsops.parent_dir(self.root, parts, shown=path) as d:
+            return fsops.read_file_at(d, parts[-1], max_bytes=self.max_file_bytes, shown=path)
 
     def exists(self, path: str) -> bool:
         """True when ``path`` names a regular file in the workspace."""
@@ -122,13 +117,8 @@ class Workspace:
     def stat(self, path: str) -> os.stat_result:
         """``lstat`` of a workspace file (``NOT_FOUND`` when missing)."""
         parts = split_relpath(path)
-        with self.lock:
-            root_fd = fsops.open_root(self.root)
-            try:
-                with fsops.walk_dirs(root_fd, parts[:-1], shown=path) as d:
-                    st = fsops.lstat_at(d, parts[-1])
-            finally:
-                os.close(root_fd)
+        with self.lock, fsops.parent_dir(self.root, parts, shown=path) as d:
+            st = fsops.lstat_at(d, parts[-1])
         if st is None:
             raise WorkspaceRefusal(Code.NOT_FOUND, f"{path!r} does not exist in the workspace", data={"path": path})
         if stat.S_ISLNK(st.st_mode):
@@ -187,37 +177,28 @@ class Workspace:
             items = self.entries()
             self._check_quota(parts, path, len(data), items)
             created = path not in {e.path for e in items}
-            root_fd = fsops.open_root(self.root)
-            try:
-                with fsops.walk_dirs(root_fd, parts[:-1], create=True, shown=path) as d:
-                    fsops.write_file_at(d, parts[-1], data, shown=path)
-            finally:
-                os.close(root_fd)
+            with fsops.parent_dir(self.root, parts, create=True, shown=path) as d:
+                fsops.write_file_at(d, parts[-1], data, shown=path)
             return created
 
     def delete(self, path: str) -> str:
         """Delete a file or an empty directory; returns ``file`` or ``dir``."""
         parts = split_relpath(path)
-        with self.lock:
-            root_fd = fsops.open_root(self.root)
-            try:
-                with fsops.walk_dirs(root_fd, parts[:-1], shown=path) as d:
-                    st = fsops.lstat_at(d, parts[-1])
-                    if st is None:
-                        raise WorkspaceRefusal(Code.NOT_FOUND, f"{path!r} does not exist in the workspace",
-                                               data={"path": path})
-                    if stat.S_ISDIR(st.st_mode):
-                        try:
-                            os.rmdir(parts[-1], dir_fd=d)
-                        except OSError:
-                            raise WorkspaceRefusal(
-                                Code.PATH_REFUSED, f"directory {path!r} is not empty; delete its files first",
-                                data={"reason": "not empty"}) from None
-                        return "dir"
-                    os.unlink(parts[-1], dir_fd=d)  # unlink never follows: a planted symlink is removed
-                    return "file"
-            finally:
-                os.close(root_fd)
+        with self.lock, fsops.parent_dir(self.root, parts, shown=path) as d:
+            st = fsops.lstat_at(d, parts[-1])
+            if st is None:
+                raise WorkspaceRefusal(Code.NOT_FOUND, f"{path!r} does not exist in the workspace",
+                                       data={"path": path})
+            if stat.S_ISDIR(st.st_mode):
+                try:
+                    os.rmdir(parts[-1], dir_fd=d)
+                except OSError:
+                    raise WorkspaceRefusal(
+                        Code.PATH_REFUSED, f"directory {path!r} is not empty; delete its files first",
+                        data={"reason": "not empty"}) from None
+                return "dir"
+            os.unlink(parts[-1], dir_fd=d)  # unlink never follows: a planted symlink is removed
+            return "file"
 
 
 class WorkspaceManager:
