@@ -176,15 +176,17 @@ def _conversations(broker: Broker) -> Any:
 
 
 def _owned(broker: Broker, caller: Caller, conversation: str, origin: str | None) -> tuple[str, dict[str, Any]]:
-    """(key, row) of the caller's conversation; NOT_FOUND for anything else."""
+    """(key, row) of the caller's conversation, to change it: NOT_FOUND for anything else, CONFLICT while a
+    run is using it."""
     origin = _target(caller, origin)
     key = conversation_key(origin, conversation)
     row = _conversations(broker).load_conversation(key)
     if row is None or (caller.kind is not CallerKind.BROWSER and row.get("origin") != caller.origin) \
             or (origin is not None and row.get("origin") != origin):
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {conversation}")
+    if _runs(broker).busy(key):
+        raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
     return key, row
-    return row
 
 
 @method(Method.RUN_START, RunStartParams, RunStartResult,
@@ -246,8 +248,6 @@ async def conversations_fork(broker: Broker, caller: Caller, params: Conversatio
                              ) -> ConversationsForkResult:
     runs = _runs(broker)
     key, row = _owned(broker, caller, params.conversation, params.origin)
-    if runs.busy(key):
-        raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
     messages = list(row.get("messages") or [])
     kept = fork_history(messages, params.at_turn)
     runs.conversations.save_conversation(key, row["origin"], row.get("name", ""), kept,
@@ -262,8 +262,6 @@ async def conversations_delete(broker: Broker, caller: Caller, params: Conversat
                                ) -> ConversationsDeleteResult:
     runs = _runs(broker)
     key, _ = _owned(broker, caller, params.conversation, params.origin)
-    if runs.busy(key):
-        raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
     deleted = runs.conversations.delete_conversation(key)
     ws_deleted = False
     ws = broker.workspace_tools
