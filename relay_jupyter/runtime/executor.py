@@ -23,7 +23,7 @@ from typing import Any
 from ..backends.base import ToolCallDone
 from ..core.errors import Code, GateRefusal, Refusal
 from ..core.redact import redact
-from ..core.types import ToolRequest, ToolSpec
+from ..core.types import ToolClass, ToolRequest, ToolSpec, stricter
 from ..protocol.names import EventType
 from .tools import MAX_ARGUMENT_BYTES, ToolContext, ToolIndex, ToolResult, as_result
 
@@ -139,6 +139,11 @@ class Executor:
             raise
         except Exception as exc:  # a broken provider refuses its own call, never the run
             return self._refuse(ctx, call_id, Code.TOOL_ERROR, f"preflight failed ({type(exc).__name__})")
+        if pre.tool_class is not None:
+            # per-call class: only ever stricter than the spec's (core/types.stricter)
+            cls = stricter(spec.tool_class, ToolClass(pre.tool_class))
+            if cls is not spec.tool_class:
+                spec = spec.model_copy(update={"tool_class": cls})
         request = ToolRequest(origin=ctx.origin, tool=spec, arguments=args, call_id=call_id,
                               run_id=ctx.run_id, conversation=ctx.conversation, originator=ctx.originator,
                               mode=ctx.mode, reasons=pre.reasons, preview=pre.preview)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..core.types import PermissionMode, ToolSpec
+from ..core.types import PermissionMode, ToolClass, ToolSpec
 
 __all__ = [
     "DAEMON_KERNEL_CLIENT",
@@ -62,6 +62,11 @@ class Preflight:
     parallel_safe: bool | None = None
     """None keeps the spec's value; False makes this call (and so its turn) sequential. A provider
     may only narrow: True never makes a non-parallel tool parallel."""
+    tool_class: ToolClass | None = None
+    """None keeps the spec's class; otherwise the class of *this call*, which the executor combines
+    with the spec's by :func:`~relay_jupyter.core.types.stricter` (a provider can only make a
+    call stricter: a pull from outside the read roots, a tool that changed since the run was
+    offered it, become ``write``)."""
 
 
 @dataclass(frozen=True)
