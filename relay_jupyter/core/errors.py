@@ -91,6 +91,10 @@ class Code(StrEnum):
 class RelayError(Exception):
     """Base of every error relay-jupyter raises on purpose."""
 
+    STORAGE_FULL = "STORAGE_FULL"
+    """The disk holding the relay data directory is full: the broker cannot record (or audit) anything."""
+    STORAGE_ERROR = "STORAGE_ERROR"
+    """The relay database could not be written (I/O error, read-only, locked): nothing new is accepted."""
     def __init__(self, message: str, *, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
