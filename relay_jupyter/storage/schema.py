@@ -15,6 +15,9 @@ Version history:
 
 1. grants, the budget ledger, events (AUTOINCREMENT ids, never reused), the runs journal (runs, calls).
 2. conversations, saved trust ("Always allow for this notebook"), MCP tool pins.
+3. ownership (issue 12): ``owners`` (one lease per live broker), ``runs.owner``, and
+   ``pending_permissions`` (a permission request waiting for its answer, with its owner), so
+   recovery touches only what belongs to a dead broker (storage/leases.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "migrate", "schema_version"]
 
 V1_SQL = """
 CREATE TABLE grants (
@@ -97,12 +100,34 @@ CREATE TABLE pins (
 );
 """
 
+V3_SQL = """
+CREATE TABLE owners (
+    owner_id    TEXT PRIMARY KEY,
+    host        TEXT NOT NULL,          -- socket.gethostname() + boot id: "same machine"
+    pid         INTEGER NOT NULL,
+    proc_start  TEXT,                   -- the process start time (/proc/<pid>/stat), against pid reuse
+    started_at  REAL NOT NULL,
+    renewed_at  REAL NOT NULL,
+    ttl         REAL NOT NULL           -- the lease is expired once renewed_at + ttl has passed
+);
+ALTER TABLE runs ADD COLUMN owner TEXT;     -- NULL: written before leases existed (treated as dead)
+CREATE TABLE pending_permissions (
+    request_id  TEXT PRIMARY KEY,
+    owner       TEXT,
+    origin      TEXT,
+    run_id      TEXT,
+    event_id    INTEGER NOT NULL,       -- the permission.request event
+    created_at  REAL NOT NULL
+);
+"""
+
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered migration steps. Append only; the last version is :data:`SCHEMA_VERSION`.
 MIGRATIONS: list[tuple[int, Step]] = [
     (1, V1_SQL),
     (2, V2_SQL),
+    (3, V3_SQL),
 ]
 
 SCHEMA_VERSION: int = MIGRATIONS[-1][0]
