@@ -18,6 +18,8 @@ Version history:
 3. ownership (issue 12): ``owners`` (one lease per live broker), ``runs.owner``, and
    ``pending_permissions`` (a permission request waiting for its answer, with its owner), so
    recovery touches only what belongs to a dead broker (storage/leases.py).
+4. ``budget_holds`` (issue 12 budgets): the reservations of model requests in flight, held in the
+   file so every broker on one data dir checks its day limits against the same holds (core/budgets.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "migrate", "schema_version"]
 
 V1_SQL = """
 CREATE TABLE grants (
@@ -121,6 +123,20 @@ CREATE TABLE pending_permissions (
 );
 """
 
+V4_SQL = """
+CREATE TABLE budget_holds (
+    hold_id     TEXT PRIMARY KEY,
+    origin      TEXT NOT NULL,
+    day         TEXT NOT NULL,          -- ISO date, UTC (the ledger row it is charged to)
+    tokens      INTEGER NOT NULL,
+    cost_usd    REAL NOT NULL,
+    created_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL,          -- charged in full by the first reservation after this
+    charged     INTEGER NOT NULL DEFAULT 0  -- 1: expired and charged; a late settle adds only the excess
+);
+CREATE INDEX budget_holds_origin_day ON budget_holds (origin, day);
+"""
+
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered migration steps. Append only; the last version is :data:`SCHEMA_VERSION`.
@@ -128,6 +144,7 @@ MIGRATIONS: list[tuple[int, Step]] = [
     (1, V1_SQL),
     (2, V2_SQL),
     (3, V3_SQL),
+    (4, V4_SQL),
 ]
 
 SCHEMA_VERSION: int = MIGRATIONS[-1][0]
