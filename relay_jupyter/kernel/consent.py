@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .widgets.consent_card import card_text
+from .widgets.consent_card import card_text, offered_scopes
 
 __all__ = ["SURFACES", "Answer", "ConsentPolicy", "ask", "detect_surface"]
 
@@ -82,9 +82,15 @@ def _remaining(data: dict[str, Any], policy: ConsentPolicy) -> float:
     return max(0.0, left)
 
 
+_INPUT_CHOICES = {"y": ("once", "[y]es once"), "r": ("run", "[r]un"), "a": ("notebook", "[a]lways for this notebook")}
+
+
 async def _ask_input(data: dict[str, Any], timeout: float, in_kernel: bool) -> Answer:
     print(card_text(data), flush=True)
-    prompt = "Approve? [y]es once / [r]un / [a]lways for this notebook / [N]o: "
+    scopes = offered_scopes(data)
+    offered = {key: scope for key, (scope, _label) in _INPUT_CHOICES.items() if scope in scopes}
+    prompt = "Approve? " + " / ".join(label for key, (_s, label) in _INPUT_CHOICES.items() if key in offered) \
+        + " / [N]o: "
     if in_kernel:
         # a kernel's input() goes over the stdin channel and cannot run in a thread; the frontend
         # that asked for "input" answers it (the broker's deadline still applies on its side)
@@ -99,9 +105,9 @@ async def _ask_input(data: dict[str, Any], timeout: float, in_kernel: bool) -> A
         except EOFError:
             return Answer("deny", "once", "terminal (EOF)")
     choice = reply.strip().lower()[:1]
-    mapping = {"y": ("allow", "once"), "r": ("allow", "run"), "a": ("allow", "notebook")}
-    decision, scope = mapping.get(choice, ("deny", "once"))
-    return Answer(decision, scope, "you (terminal)")
+    if choice not in offered:  # anything else, a scope not offered included, is a deny
+        return Answer("deny", "once", "you (terminal)")
+    return Answer("allow", offered[choice], "you (terminal)")
 
 
 async def ask(data: dict[str, Any], surface: str, policy: ConsentPolicy, shell: Any = None,

@@ -13,6 +13,7 @@ from .client import RelayClient
 from .consent import Answer, ask
 from .errors import AgentError, RpcError, message_for
 from .render import StreamView
+from .rendering import chrome_html, esc, visible
 
 if TYPE_CHECKING:
     from .session import Session
@@ -55,7 +56,9 @@ class RunFollower:
         self.started = time.monotonic()
         self.tokens = 0
         self.cost = 0.0
-        self.timeouts: list[str] = []
+        self.timeouts: dict[str, str] = {}     # call or request id -> tool name, each timed-out consent once
+        self.cards: dict[str, list[Any]] = {}  # call id -> the consent cards shown for it
+        self.mode: str | None = None
         self.steps: dict[str, dict[str, Any]] = {}
         self.seen_requests: set[str] = set()   # a reconnect replays pending requests: handle each once
         self.backlog: collections.deque[dict[str, Any]] = collections.deque()
@@ -75,6 +78,8 @@ class RunFollower:
                 self.seen_requests.add(request_id)
             if kind == EventType.TEXT_DELTA:
                 self.view.text(str(data.get("text", "")))
+            elif kind == EventType.RUN_STARTED:
+                self._started(data)
             elif kind == EventType.PERMISSION_REQUEST:
                 await self._permission(data)
             elif kind == EventType.KERNEL_TOOL_REQUEST:
@@ -82,7 +87,7 @@ class RunFollower:
             elif kind in (EventType.TOOL_PROPOSED, EventType.TOOL_DECIDED, EventType.TOOL_FINISHED):
                 self._step(kind, data)
             elif kind == EventType.PERMISSION_TIMEOUT:
-                self.timeouts.append(str(data.get("tool") or data.get("request_id") or "a tool"))
+                self._timed_out(str(data.get("call_id") or request_id), data.get("tool"))
             elif kind == EventType.USAGE:
                 self.tokens += sum(int(data.get(k) or 0) for k in (
                     "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
@@ -97,11 +102,11 @@ class RunFollower:
     def _end(self, kind: str | None, data: dict[str, Any]) -> str:
         if kind == EventType.DONE:
             answer = self.view.finish(self._footer("✓ *done*"))
-            if self.timeouts:
-                raise AgentError(f"permission request for {', '.join(self.timeouts)} timed out and was denied",
-                                 code="PERMISSION_TIMEOUT")
+            self._raise_timeouts()
             return answer
         self.view.finish(self._footer(f"✗ *{str(kind).removeprefix('run.')}*"))
+        if kind == EventType.ERROR:
+            self._raise_timeouts()  # the timeout is why the run failed: say that, not what followed
         if kind == EventType.BUDGET_EXHAUSTED:
             raise AgentError(message_for("BUDGET_EXCEEDED", str(data.get("message") or "budget exhausted")),
                              code="BUDGET_EXCEEDED")
@@ -124,55 +129,98 @@ class RunFollower:
         if kind == EventType.TOOL_FINISHED:
             step["ms"] = data.get("duration_ms")
             step["error"] = data.get("is_error")
+        if kind == EventType.TOOL_DECIDED and data.get("code") == "PERMISSION_TIMEOUT":
+            # the gate's own verdict: whatever the router said about the card, nobody answered in time
+            self._timed_out(call_id, step["tool"])
         if self.surface == "input":
             return
-        from .markdown import escape_markdown
-
-        name = str(step["tool"]).replace("`", "'")[:120]
-        state = step.get("decision") or "proposed"
+        name = str(step["tool"])[:120]
+        state = str(step.get("decision") or "proposed")
         if step.get("code"):
-            state += f" ({escape_markdown(str(step['code']))[:60]})"
+            state += f" ({str(step['code'])[:60]})"
         if "ms" in step:
             state += f" · {'failed' if step.get('error') else 'done'} in {float(step['ms'] or 0):.0f} ms"
-        line = f"🔧 `{name}` — {state}"
+        # the tool name is free text from a server or the model: escaped (newlines and backticks shown)
+        line = {"text/html": chrome_html(f"🔧 <code>{esc(name, newlines=False)}</code> — {esc(state)}"),
+                "text/plain": f"🔧 {visible(name, newlines=False)} — {visible(state)}"}
         from IPython.display import display, update_display
 
         if step["display"] is None:
             self.view.pause()
             step["display"] = f"relay-step-{self.run_id}-{call_id}"
-            display({"text/markdown": line}, raw=True, display_id=step["display"])
+            display(line, raw=True, display_id=step["display"])
             self.view.resume()
         else:
-            update_display({"text/markdown": line}, raw=True, display_id=step["display"])
+            update_display(line, raw=True, display_id=step["display"])
+
+    def _started(self, data: dict[str, Any]) -> None:
+        """``run.started``: in ``full`` mode, say at the top of the cell that nothing will ask."""
+        self.mode = str(data.get("mode") or "") or None
+        if self.mode != "full" or self.surface == "headless":
+            return
+        notice = ("⚠ full mode: this run's tool calls, writes and run_code included, run without asking you "
+                  "(no consent card)")
+        if self.surface == "input":
+            print(f"relay: {notice}", flush=True)
+            return
+        from IPython.display import display
+
+        self.view.pause()
+        display({"text/html": chrome_html(f"<b>{esc(notice)}</b>"), "text/plain": notice}, raw=True)
+        self.view.resume()
+
+    def _timed_out(self, key: str, tool: Any) -> None:
+        """Remember one timed-out consent (the cell fails at the end) and mark its card."""
+        name = str(tool or self.steps.get(key, {}).get("tool") or "a tool")
+        self.timeouts.setdefault(key or name, name)
+        for card in self.cards.get(key, []):
+            card.answered = True
+            if not card.future.done():
+                card.future.set_result(("timeout", "once"))
+            if getattr(card, "outcome", None) != "timeout":
+                card.mark("timeout", "once", "the broker", time.time())
+
+    def _raise_timeouts(self) -> None:
+        if self.timeouts:
+            names = ", ".join(visible(n, newlines=False) for n in dict.fromkeys(self.timeouts.values()))
+            raise AgentError(message_for("PERMISSION_TIMEOUT",
+                                         f"the permission request for {names} timed out and was denied"),
+                             code="PERMISSION_TIMEOUT")
 
     async def _permission(self, data: dict[str, Any]) -> None:
         self.view.pause()
-        self.steps.setdefault(str(data.get("call_id", "")), {"tool": data.get("tool", "?"), "display": None})
-        cards: list[Any] = []
+        call_id = str(data.get("call_id", ""))
+        request_id = str(data.get("request_id", ""))
+        self.steps.setdefault(call_id, {"tool": data.get("tool", "?"), "display": None})
+        cards = self.cards.setdefault(call_id or request_id, [])
         asking = asyncio.ensure_future(ask(data, self.surface, self.session.policy, self.session.shell,
                                            on_card=cards.append))
-        elsewhere = await self._watch_elsewhere(asking, str(data.get("request_id", "")))
+        elsewhere = await self._watch_elsewhere(asking, request_id)
         if elsewhere is not None:
-            # answered from another place (the owner's browser side panel) or ended by the broker
+            # answered from another place (the owner's browser side panel), timed out, withdrawn, or
+            # ended by the broker
             asking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asking
-            who = elsewhere.get("answered_by") or "the broker"
+            who = str(elsewhere.get("answered_by") or "the broker")
             decision = str(elsewhere.get("decision") or "timeout")
-            if elsewhere.get("_timeout"):
-                self.timeouts.append(str(data.get("tool") or "a tool"))
+            if elsewhere.get("_timeout") or decision == "timeout":
+                decision = "timeout"
+                self._timed_out(call_id or request_id, data.get("tool"))
+            scope = str(elsewhere.get("scope") or "once")
             for card in cards:
                 if not card.future.done():
                     card.answered = True
-                    card.future.set_result((decision, str(elsewhere.get("scope") or "once")))
-                    card.mark(decision, str(elsewhere.get("scope") or "once"), str(who),
-                              float(elsewhere.get("answered_at") or time.time()))
+                    card.future.set_result((decision, scope))
+                    card.mark(decision, scope, who, float(elsewhere.get("answered_at") or time.time()))
+            if decision == "withdrawn" and self.surface == "input":
+                print("relay: the permission request was withdrawn", flush=True)
             self.view.resume("⏳ *working…*")
             return
         answer: Answer = asking.result()
         decision = "allow" if answer.decision == "allow" else "deny"
         if answer.decision == "timeout":
-            self.timeouts.append(str(data.get("tool") or "a tool"))
+            self._timed_out(call_id or request_id, data.get("tool"))
         try:
             await self.client.call(Method.PERMISSION_ANSWER, {"request_id": data.get("request_id"),
                                                               "decision": decision, "scope": answer.scope})

@@ -2,14 +2,17 @@
 
 Layout of a cell's outputs while a run streams::
 
-    [block 1]            text/markdown: the paragraph while it grows, then (same display) its final text
+    [block 1]            the paragraph while it grows (plain text), then (same display) its rendering
     [block 2]
     [card / tool step]   widgets, shown between blocks
     [live display]       the paragraph still growing (``▍`` at its end), or the working indicator
                          while nothing streams (the run's start, after a card or a tool step, a stall)
 
-A paragraph is shown in one display: a few partial updates while it grows, then one last update that
-*is* its final Markdown; the next paragraph opens a new display lazily below it. A finished block is
+A paragraph is shown in one display: a few partial updates while it grows (its raw text as
+``text/plain``: an unfinished block is never parsed as Markdown, nor sent as HTML), then one last update
+that *is* its rendering
+(:func:`~relay_jupyter.kernel.rendering.markdown_html`: ``text/html`` sanitised by nh3, plus the raw
+text as ``text/plain``); the next paragraph opens a new display lazily below it. A finished block is
 never sent again. The indicator is not appended to every update: it lives in the live display only
 while no text is growing there.
 
@@ -23,20 +26,21 @@ bytes of one output message. A partial update that shows ``L`` characters is sen
    least every half second; such an update costs at most ``max_tail + C``), or
 3. the live display shows only the indicator (the first text of a run, or after a card: at once),
 
-and never more often than every ``interval`` seconds. The block's final update costs ``P + C`` and is
-its only complete copy. The tail is cut into a block at ``max_tail`` (:data:`MAX_TAIL` = 600)
-characters, preferring a sentence end (:class:`~relay_jupyter.kernel.markdown.Segmenter`). For an
+and never more often than every ``interval`` seconds. The block's final update costs ``H * P + C`` and
+is its only complete copy. The tail is cut into a block at ``max_tail`` (:data:`MAX_TAIL` = 600)
+characters, preferring a sentence end (:class:`~relay_jupyter.kernel.segmenter.Segmenter`). For an
 answer of ``A`` characters in ``B`` blocks streamed over ``D`` seconds the output bytes are at most::
 
-    A * (1 + 1/ALPHA)  +  C * (2B + 3)  +  (max_tail + C) * D / refresh
+    A * (H + 1/ALPHA)  +  C * (2B + 3)  +  (max_tail + C) * D / refresh
+
+where ``H`` (about 2.1 for prose) is the size of a block's final bundle per character: its HTML and its
+text/plain fallback.
 
 The last term is the price of the visible refresh; it matters only for slow streams of long
 paragraphs (about ``(L + C) / (rate * refresh)`` per answer byte: 45 tokens/s in one long paragraph
-costs about 5x). Measured in a real kernel with the peer benchmark's answer (600 tokens at 100
-tokens/s): 10 paragraphs of 60 words about 2.2x, one 600-word paragraph about 2.6x (before: 6.6x and
-13.4x); 20,000 back-to-back deltas stay below 3x (``tests/kernel/test_streaming_bytes.py``).
-At the end the answer stays as plain ``text/markdown`` outputs: a saved notebook reads well without
-widgets.
+costs about 5x). ``tests/kernel/test_streaming_bytes.py`` measures it in a real kernel (the figures
+are in docs/kernel.md). At the end the answer stays as ``text/html`` + ``text/plain`` outputs: a saved
+notebook reads well without widgets or a kernel.
 """
 
 from __future__ import annotations
@@ -48,9 +52,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .markdown import Segmenter, escape_markdown
+from .rendering import markdown_html, visible
+from .segmenter import Segmenter
 
-__all__ = ["ALPHA", "OVERHEAD", "DisplaySink", "Sink", "StreamView", "TextSink"]
+__all__ = ["ALPHA", "OVERHEAD", "DisplaySink", "Output", "Sink", "StreamView", "TextSink"]
+
+Output = dict[str, str]
+"""A display bundle: ``{"text/html": ..., "text/plain": ...}`` (a live update may carry only text/html)."""
 
 INDICATOR = "⏳ *working…*"
 CURSOR = "▍"
@@ -62,25 +70,32 @@ MAX_TAIL = 600
 """Characters after which a growing paragraph is cut into a block (bounds every refresh update)."""
 
 
-class Sink(Protocol):
-    """Where the view writes. ``show`` opens a new output (optionally updatable); ``update`` replaces one."""
+def _own(markdown: str) -> Output:
+    """The kernel's own short Markdown (indicator, footer; a run id in it comes from the broker),
+    rendered by the same function as model text."""
+    return {"text/html": markdown_html(markdown), "text/plain": markdown} if markdown else {}
 
-    def show(self, markdown: str, display_id: str | None) -> None: ...
-    def update(self, markdown: str, display_id: str) -> None: ...
+
+class Sink(Protocol):
+    """Where the view writes. ``show`` opens a new output (optionally updatable); ``update`` replaces one.
+    An empty bundle clears an output."""
+
+    def show(self, output: Output, display_id: str | None) -> None: ...
+    def update(self, output: Output, display_id: str) -> None: ...
 
 
 class DisplaySink:
-    """IPython rich display: ``text/markdown`` outputs, updated by display id."""
+    """IPython rich display of the bundles (already rendered by :mod:`.rendering`), updated by display id."""
 
-    def show(self, markdown: str, display_id: str | None) -> None:
+    def show(self, output: Output, display_id: str | None) -> None:
         from IPython.display import display
 
-        display({"text/markdown": markdown}, raw=True, display_id=display_id)
+        display(output or {"text/plain": ""}, raw=True, display_id=display_id)
 
-    def update(self, markdown: str, display_id: str) -> None:
+    def update(self, output: Output, display_id: str) -> None:
         from IPython.display import update_display
 
-        update_display({"text/markdown": markdown}, raw=True, display_id=display_id)
+        update_display(output or {"text/plain": ""}, raw=True, display_id=display_id)
 
 
 class TextSink:
@@ -89,12 +104,12 @@ class TextSink:
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stdout
 
-    def show(self, markdown: str, display_id: str | None) -> None:
-        if display_id is None and markdown:
-            self.stream.write(markdown + "\n")
+    def show(self, output: Output, display_id: str | None) -> None:
+        if display_id is None and output.get("text/plain"):
+            self.stream.write(output["text/plain"] + "\n")
             self.stream.flush()
 
-    def update(self, markdown: str, display_id: str) -> None:
+    def update(self, output: Output, display_id: str) -> None:
         return None
 
 
@@ -113,14 +128,14 @@ class StreamView:
         self.clock = clock
         self.segmenter = Segmenter(max_tail=max_tail)
         self.live: str | None = None          # display id of the live output
-        self.live_shown = ""                  # what the live output shows now
+        self.live_shown: Output = {}          # what the live output shows now
         self.shown_tail = 0                   # raw tail characters the live output shows (0: indicator/none)
         self.indicator = INDICATOR
         self.last_update = float("-inf")
         self.dirty = False
         self.updates = 0                      # number of outputs sent (shows + updates), for tests/benchmarks
         self.answer: list[str] = []           # the plain answer (raw model text), for the caller
-        self.pending: list[str] = []          # finished, escaped blocks not yet sent
+        self.pending: list[str] = []          # finished blocks (raw text) not yet sent
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -134,12 +149,13 @@ class StreamView:
             return
         self.answer.append(delta)
         if not self._streaming:
-            self._print_raw(delta)
+            # a terminal: escape sequences and bidi overrides in model text are shown, not obeyed
+            self._print_raw(visible(delta, strict=False))
             return
         self._cancel_idle()
         # finished blocks wait for the next allowed update and go out together as one output, so a fast
         # stream of short paragraphs still sends at most ~2 messages per interval
-        self.pending.extend(escape_markdown(block) for block in self.segmenter.feed(delta))
+        self.pending.extend(self.segmenter.feed(delta))
         self.dirty = True
         self._maybe_flush()
 
@@ -158,34 +174,39 @@ class StreamView:
             self._maybe_flush(force=True)
 
     # ------------------------------------------------------------------ plumbing
-    def _render_live(self) -> str:
+    def _render_live(self) -> Output:
         tail = self.segmenter.tail
         if tail.strip():
-            return f"{escape_markdown(tail)}{CURSOR}"
-        return self.indicator if self.live is not None else ""
+            # the open block as plain text: never parsed as Markdown nor sent as HTML, so a half-written
+            # link or fence cannot change how it renders; bounded by max_tail
+            return {"text/plain": visible(tail, strict=False) + CURSOR}
+        return _own(self.indicator) if self.live is not None else {}
 
-    def _send_live(self, markdown: str) -> None:
-        if markdown == self.live_shown and self.live is not None:
+    def _send_live(self, output: Output) -> None:
+        if output == self.live_shown and self.live is not None:
             return
-        if not markdown and self.live is None:
+        if not output and self.live is None:
             return
         if self.live is None:
             # 64 random bits name a display uniquely within a notebook; a short id is resent with every update
             self.live = f"relay-{uuid.uuid4().hex[:16]}"
-            self.sink.show(markdown, self.live)
+            self.sink.show(output, self.live)
         else:
-            self.sink.update(markdown, self.live)
-        self.live_shown = markdown
+            self.sink.update(output, self.live)
+        self.live_shown = output
         self.updates += 1
 
-    def _freeze(self, markdown: str) -> None:
-        """Write finished blocks: as the last update of the live display, else as a new output."""
+    def _freeze(self, blocks: list[str]) -> None:
+        """Write finished blocks, each rendered once: as the last update of the live display, else as a
+        new output."""
+        output = {"text/html": "".join(markdown_html(block) for block in blocks),
+                  "text/plain": "\n\n".join(visible(block, strict=False) for block in blocks)}
         if self.live is not None:
-            self.sink.update(markdown, self.live)
+            self.sink.update(output, self.live)
             self.live = None
-            self.live_shown = ""
+            self.live_shown = {}
         else:
-            self.sink.show(markdown, None)
+            self.sink.show(output, None)
         self.shown_tail = 0
         self.updates += 1
         self.last_update = self.clock()
@@ -245,7 +266,7 @@ class StreamView:
     def _on_idle(self) -> None:
         self._idle_timer = None
         if self.live is None and not self.segmenter.tail.strip() and not self.pending:
-            self._send_live(self.indicator)
+            self._send_live(_own(self.indicator))
             self.last_update = self.clock()
 
     def flush(self, force: bool = False) -> None:
@@ -267,7 +288,7 @@ class StreamView:
 
     def _flush_pending(self) -> None:
         if self.pending:
-            self._freeze("\n\n".join(self.pending))
+            self._freeze(list(self.pending))
             self.pending.clear()
 
     # ------------------------------------------------------------------ structure
@@ -278,13 +299,13 @@ class StreamView:
         self._cancel_idle()
         rest = self.segmenter.finish()
         if rest.strip():
-            self.pending.append(escape_markdown(rest))
+            self.pending.append(rest)
         if self.pending:
             self._flush_pending()
         elif self.live is not None:
             # only an indicator was showing: clear it, the next text opens a new live output below
-            self.sink.update("", self.live)
-            self.live, self.live_shown = None, ""
+            self.sink.update({}, self.live)
+            self.live, self.live_shown = None, {}
             self.updates += 1
         self._cancel_timer()
         self.shown_tail = 0
@@ -297,7 +318,7 @@ class StreamView:
         self._cancel_idle()
         self.indicator = indicator
         if self.live is None and not self.segmenter.tail.strip() and not self.pending:
-            self._send_live(indicator)
+            self._send_live(_own(indicator))
             self.last_update = self.clock()
             return
         self.dirty = True
@@ -310,14 +331,14 @@ class StreamView:
         if self._streaming:
             rest = self.segmenter.finish()
             if rest.strip():
-                self.pending.append(escape_markdown(rest))
+                self.pending.append(rest)
             self._flush_pending()
             if self.live is not None:
-                self.sink.update(footer, self.live)
+                self.sink.update(_own(footer) if footer else {}, self.live)
                 self.live = None
                 self.updates += 1
             elif footer:
-                self.sink.show(footer, None)
+                self.sink.show(_own(footer), None)
                 self.updates += 1
         elif footer:
             self._print_raw(("\n" if self.answer else "") + footer + "\n")

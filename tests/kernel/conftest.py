@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import os
 import queue
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -71,7 +73,9 @@ def text_of(msgs: list[dict[str, Any]]) -> str:
         if m["msg_type"] == "stream":
             parts.append(c["text"])
         elif m["msg_type"] in ("display_data", "update_display_data", "execute_result"):
-            parts.append(c["data"].get("text/markdown") or c["data"].get("text/plain", ""))
+            data = c["data"]
+            # a live update carries only escaped text/html; every final output has a text/plain fallback
+            parts.append(data.get("text/plain") or html.unescape(re.sub(r"<[^>]*>", "", data.get("text/html", ""))))
         elif m["msg_type"] == "error":
             parts.append("\n".join(c["traceback"]))
     return "\n".join(parts)

@@ -6,7 +6,11 @@ sends; the end-to-end tests use the real broker. A run is a script of steps:
 
 - ``("text", "abc")`` one ``run.text_delta``; ``("texts", [..])`` many, sent back to back;
   ``("paced", [..], per_second)`` many, at a model's pace (deltas due at ``i / per_second`` from the first);
-- ``("permission", {tool, arguments, ...})`` a ``permission.request``, waits for ``permission.answer``;
+- ``("permission", {tool, arguments, ...}, {options})`` a ``permission.request``, waits for
+  ``permission.answer``; options: ``replay``, ``elsewhere_after`` (the owner's browser answers),
+  ``timeout_after`` (``permission_timeout`` then one ``permission.resolved``, as the broker does),
+  ``legacy_timeout_after`` (only ``permission.resolved cancelled``, then ``tool_decided`` with code
+  PERMISSION_TIMEOUT: what the broker sent before issue 11), ``withdraw_after`` (``withdrawn``);
 - ``("kernel_tool", tool, arguments)`` a ``kernel.tool_request``, waits for ``kernel.tool_result``;
 - ``("event", type, data)`` any event; ``("end", type, data)`` the terminal event (default run.done).
 """
@@ -188,7 +192,7 @@ class FakeBroker:
                 raise _Refuse(*self.refuse_start)
             run_id = f"run-{next(self._runs)}"
             steps = self.scripts.pop(0) if self.scripts else [("text", "(no script)")]
-            self.run_tasks.append(asyncio.ensure_future(self._play(run_id, steps)))
+            self.run_tasks.append(asyncio.ensure_future(self._play(run_id, steps, params.get("mode") or "ask")))
             return {"run_id": run_id}
         if method in ("run.cancel", "conversations.fork"):
             return {"cancelled": True} if method == "run.cancel" else {"ok": True}
@@ -213,9 +217,9 @@ class FakeBroker:
         self._waiting[request_id] = future
         return await future
 
-    async def _play(self, run_id: str, steps: list[tuple[Any, ...]]) -> None:
+    async def _play(self, run_id: str, steps: list[tuple[Any, ...]], mode: str = "ask") -> None:
         await asyncio.sleep(0.01)
-        self.emit("run.started", {"run_id": run_id}, run_id)
+        self.emit("run.started", {"run_id": run_id, "mode": mode}, run_id)
         for step in steps:
             kind = step[0]
             if kind == "text":
@@ -248,6 +252,27 @@ class FakeBroker:
                     answer = {"request_id": request_id, "decision": "allow", "scope": "once"}
                     self.emit("permission.resolved", {**answer, "answered_by": "browser:alice",
                                                       "answered_at": time.time()}, run_id)
+                elif {"timeout_after", "legacy_timeout_after", "withdraw_after"} & set(options):
+                    key = next(k for k in ("timeout_after", "legacy_timeout_after", "withdraw_after") if k in options)
+                    await asyncio.sleep(options[key])
+                    self._waiting.pop(request_id, None)
+                    waiter.cancel()
+                    resolved = {"request_id": request_id, "scope": "once", "answered_at": time.time()}
+                    if key == "timeout_after":
+                        self.emit("permission_timeout", {"request_id": request_id}, run_id)
+                        self.emit("permission.resolved", {**resolved, "decision": "deny", "answered_by": "timeout"},
+                                  run_id)
+                    elif key == "legacy_timeout_after":
+                        self.emit("permission.resolved", {**resolved, "decision": "cancelled", "answered_by": None},
+                                  run_id)
+                    else:
+                        self.emit("permission.resolved", {**resolved, "decision": "withdrawn", "answered_by": None},
+                                  run_id)
+                        self.emit("run.cancelled", {"run_id": run_id}, run_id)
+                        return
+                    self.emit("run.tool_decided", {"run_id": run_id, "call_id": "c1", "decision": "deny",
+                                                   "code": "PERMISSION_TIMEOUT"}, run_id)
+                    continue
                 else:
                     answer = await waiter
                 self.emit("run.tool_decided", {"run_id": run_id, "call_id": "c1", "decision": answer["decision"]},

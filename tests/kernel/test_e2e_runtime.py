@@ -110,8 +110,10 @@ def test_hostile_answer_renders_escaped(stack: tuple[RealServer, FakeAnthropic, 
     fake.enqueue(Reply(text('<script>alert(1)</script><img src=x onerror=alert(2)> [x](javascript:alert(3))')))
     reply, msgs = execute(kc, "%%agent\nbe hostile", timeout=60)
     assert reply["status"] == "ok"
-    markdown = text_of(msgs)
-    assert "<script>" not in markdown and "<img" not in markdown and "](javascript:" not in markdown
+    html = "".join(m["content"]["data"].get("text/html", "") for m in msgs
+                   if m["msg_type"] in ("display_data", "update_display_data"))
+    assert "<script" not in html and "<img" not in html and 'href="javascript' not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "x](javascript:alert(3))" in text_of(msgs)
 
 
 def test_unknown_model_fails_with_one_line(stack: tuple[RealServer, FakeAnthropic, Any]) -> None:

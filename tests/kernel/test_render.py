@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
+import html
 import itertools
+import re
 
 from relay_jupyter.kernel.render import StreamView
+
+
+def _shown(output: dict[str, str] | str) -> str:
+    """What a person reads: the text/plain fallback, else the (escaped) live text/html as text."""
+    if isinstance(output, str):
+        return output
+    if "text/plain" in output:
+        return output["text/plain"]
+    return html.unescape(re.sub(r"<[^>]*>", "", output.get("text/html", "")))
 
 
 class Recorder:
     def __init__(self) -> None:
         self.ops: list[tuple[str, str | None, str]] = []
+        self.raw: list[dict[str, str] | str] = []
         self.outputs: dict[str, str] = {}
         self.order: list[str] = []
 
-    def show(self, markdown: str, display_id: str | None) -> None:
+    def show(self, output: dict[str, str] | str, display_id: str | None) -> None:
         key = display_id or f"anon-{len(self.order)}"
-        self.ops.append(("show", display_id, markdown))
-        self.outputs[key] = markdown
+        self.ops.append(("show", display_id, _shown(output)))
+        self.raw.append(output)
+        self.outputs[key] = _shown(output)
         self.order.append(key)
 
-    def update(self, markdown: str, display_id: str) -> None:
-        self.ops.append(("update", display_id, markdown))
-        self.outputs[display_id] = markdown
+    def update(self, output: dict[str, str], display_id: str) -> None:
+        self.ops.append(("update", display_id, _shown(output)))
+        self.raw.append(output)
+        self.outputs[display_id] = _shown(output)
 
 
 def test_updates_are_coalesced_by_time() -> None:
@@ -53,7 +67,7 @@ def test_final_outputs_read_as_the_answer_in_order() -> None:
     assert answer == text + "After the card."
     final = [sink.outputs[k] for k in sink.order]
     joined = "\n".join(x for x in final if x)
-    assert joined.index("First para.") < joined.index("Second &lt;b>para&lt;/b>.") < joined.index("[card]") \
+    assert joined.index("First para.") < joined.index("Second <b>para</b>.") < joined.index("[card]") \
         < joined.index("After the card.") < joined.index("✓ done")
     assert "⏳" not in joined  # no indicator left behind
 
@@ -146,3 +160,21 @@ def test_idle_indicator_after_a_quiet_paragraph_end() -> None:
     sink = asyncio.run(main())
     final = [sink.outputs[k] for k in sink.order]
     assert "working" not in "".join(final) and "More." in "".join(final)
+
+
+def test_open_block_is_plain_text_and_a_finished_block_is_sanitised_html() -> None:
+    now = [0.0]
+    sink = Recorder()
+    view = StreamView(sink, interval=0.1, clock=lambda: now[0], schedule=False)
+    hostile = "[x](javascript:alert(1)) <img src=x onerror=alert(2)> **b**"
+    for ch in hostile:
+        view.text(ch)
+        now[0] += 0.05
+    live = [out for out in sink.raw if isinstance(out, dict) and out.get("text/plain", "").endswith("▍")]
+    assert live and all(set(out) == {"text/plain"} for out in live)  # never HTML while it grows
+    view.finish("done")
+    (final,) = [out for out in sink.raw if isinstance(out, dict) and hostile in out.get("text/plain", "")
+                and "text/html" in out]
+    assert final["text/plain"] == hostile
+    assert final["text/html"] == ("<p>[x](javascript:alert(1)) &lt;img src=x onerror=alert(2)&gt; "
+                                  "<strong>b</strong></p>\n")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from relay_jupyter.kernel.rendering import CHROME_TAGS
+
 from .conftest import execute, text_of
 from .fake_broker import FakeBroker
+from .test_rendering import CHROME_ATTRS, assert_allowlisted
 
 
 def test_cell_streams_answer_as_markdown_and_succeeds(kernel: Any, broker: FakeBroker) -> None:
@@ -136,8 +139,10 @@ def test_card_timeout_denies_and_fails_the_cell(kernel: Any, broker: FakeBroker)
         execute(kernel, "%config AgentMagics.consent_timeout = 300.0")
     assert broker.answers[-1]["decision"] == "deny"
     assert reply["status"] == "error"
-    assert "PERMISSION_TIMEOUT" not in text_of(msgs) or True
-    assert "timed out" in text_of(msgs)
+    (tb,) = [m["content"]["traceback"] for m in msgs if m["msg_type"] == "error"]
+    assert len(tb) == 1 and "timed out and was denied [PERMISSION_TIMEOUT]" in tb[0], tb
+    assert "Timed out — denied" in text_of(msgs)  # the card's text fallback
+    assert "after" in text_of(msgs)  # the run went on (the tool was denied), and still the cell failed
 
 
 def test_kernel_tools_run_in_the_kernel(kernel: Any, broker: FakeBroker) -> None:
@@ -189,11 +194,17 @@ def test_hostile_answer_is_escaped(kernel: Any, broker: FakeBroker) -> None:
     broker.script([("text", hostile)])
     reply, msgs = execute(kernel, "%%agent\nbe evil")
     assert reply["status"] == "ok"
-    markdown = "\n".join(m["content"]["data"].get("text/markdown", "") for m in msgs
-                         if m["msg_type"] in ("display_data", "update_display_data"))
-    assert "<script>" not in markdown and "<img" not in markdown and "](javascript:" not in markdown
-    assert "&lt;script>" in markdown and "`<b>code</b>`" in markdown
-    json.dumps(markdown)
+    outputs = [m["content"]["data"] for m in msgs if m["msg_type"] in ("display_data", "update_display_data")]
+    html = "\n".join(d.get("text/html", "") for d in outputs)
+    assert "text/markdown" not in str(outputs)  # JupyterLab renders text/markdown unsanitised: never sent
+    assert "<script" not in html and "<img" not in html and "javascript:" not in html.replace(
+        "](javascript:alert(3))", "")  # the refused link stays visible as text, never as an href
+    for output in outputs:  # every tag and attribute the browser would see is in the allowlist
+        assert_allowlisted(output.get("text/html", ""), CHROME_TAGS, CHROME_ATTRS)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<code>&lt;b&gt;code&lt;/b&gt;</code>" in html
+    final = [d for d in outputs if "text/plain" in d]
+    assert any("`<b>code</b>` done" in d["text/plain"] for d in final)  # the raw text is the fallback
+    json.dumps(outputs)
 
 
 def test_answer_from_elsewhere_updates_the_card_and_the_run_goes_on(kernel: Any, broker: FakeBroker) -> None:

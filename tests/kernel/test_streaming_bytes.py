@@ -1,4 +1,9 @@
-"""Output traffic stays linear: a long streamed answer costs at most ~3x its size on iopub."""
+"""Output traffic stays linear: a long streamed answer costs a bounded multiple of its size on iopub.
+
+Each finished block is sent once in its final form, as sanitised ``text/html`` *and* its ``text/plain``
+fallback (about 2.1x the block), the growing block as bounded ``text/plain`` updates: 20,000 back-to-back
+deltas stay below 3x, a model-paced answer (whose visible 0.5 s refresh resends the open block) below 4x.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ def test_iopub_bytes_per_answer_byte_at_most_3(kernel: Any, broker: FakeBroker) 
     reply, msgs = execute(kernel, "%%agent\nlong answer", timeout=120)
     assert reply["status"] == "ok"
     ratio = _iopub_bytes(msgs) / answer_bytes
+    print(f"20k deltas: {ratio:.2f}x")
     assert ratio <= 3.0, ratio
     outputs = [m for m in msgs if m["msg_type"] in ("display_data", "update_display_data")]
     # coalesced: far fewer output messages than deltas
@@ -46,7 +52,9 @@ def test_long_paragraph_without_breaks_stays_linear(kernel: Any, broker: FakeBro
     broker.script([("texts", deltas)])
     reply, msgs = execute(kernel, "%%agent\none paragraph", timeout=120)
     assert reply["status"] == "ok"
-    assert _iopub_bytes(msgs) / len("".join(deltas)) <= 3.0
+    ratio = _iopub_bytes(msgs) / len("".join(deltas))
+    print(f"one 100 kB paragraph: {ratio:.2f}x")
+    assert ratio <= 3.0, ratio
     updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
     assert len(updates) < len(deltas) / 10
 
@@ -84,16 +92,18 @@ def _output_bytes(msgs: list[dict[str, Any]]) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("paragraph_words", [60, None], ids=["ten-paragraphs", "one-paragraph"])
-def test_paced_answer_costs_at_most_3x(kernel: Any, broker: FakeBroker, paragraph_words: int | None) -> None:
+def test_paced_answer_costs_at_most_4x(kernel: Any, broker: FakeBroker, paragraph_words: int | None) -> None:
     # 600 tokens at 100 tokens/s: every live update is paid for by new text or by the 0.5 s refresh,
-    # and a paragraph's last update is its final Markdown (before: 6.5x and 14x)
+    # and a paragraph's last update is its rendering (text/markdown only, before the sanitised text/html:
+    # 2.2x and 2.6x; before the coalescing: 6.5x and 14x)
     deltas = _tokens(600, paragraph_words)
     answer = "".join(deltas)
     broker.script([("paced", deltas, 100.0)])
     reply, msgs = execute(kernel, "%%agent\npaced answer", timeout=60)
     assert reply["status"] == "ok"
     ratio = _output_bytes(msgs) / len(answer.encode())
-    assert ratio <= 3.0, ratio
+    print(f"paced {paragraph_words}: {ratio:.2f}x")
+    assert ratio <= 4.0, ratio
     # every word reached the final outputs, once
     final: dict[str, str] = {}
     order: list[str] = []
@@ -102,7 +112,7 @@ def test_paced_answer_costs_at_most_3x(kernel: Any, broker: FakeBroker, paragrap
             key = (m["content"].get("transient") or {}).get("display_id") or m["header"]["msg_id"]
             if key not in final:
                 order.append(key)
-            final[key] = m["content"]["data"].get("text/markdown", "")
+            final[key] = m["content"]["data"].get("text/plain", "")
     shown = " ".join(final[k] for k in order)
     assert shown.count(MARKER) == 1 and "▍" not in shown and "working" not in shown
     assert " ".join(answer.split()) in " ".join(shown.replace("✓", "\n").split())

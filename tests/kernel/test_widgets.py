@@ -69,7 +69,7 @@ async def test_card_timeout_denies() -> None:
     card = ConsentCard(PUSH)
     with patch("relay_jupyter.kernel.widgets.consent_card.update"):
         assert await card.wait(0.05) == ("timeout", "once")
-    assert "Denied (timed out) by nobody" in card.status.value
+    assert "Timed out — denied at" in card.status.value
 
 
 def test_budget_numbers_from_budget_get() -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
-__all__ = ["esc", "pretty_json", "short", "show", "update"]
+from ..rendering import chrome_html, esc
+
+__all__ = ["esc", "html_widget", "pretty_json", "short", "show", "update"]
 
 
-def esc(value: Any) -> str:
-    """HTML-escape anything (quotes included): every model- or tool-provided string goes through this."""
-    return html.escape(str(value), quote=True)
+def html_widget(fragment: str) -> Any:
+    """An ``ipywidgets.HTML`` whose value is sanitised (:func:`~relay_jupyter.kernel.rendering.chrome_html`).
+
+    The HTML widget sets ``innerHTML`` with no sanitiser, so this is the only way the widgets build
+    one; every model- or tool-provided string inside ``fragment`` is already :func:`esc`-aped."""
+    import ipywidgets as w
+
+    return w.HTML(chrome_html(fragment))
 
 
 def short(text: str, limit: int) -> str:

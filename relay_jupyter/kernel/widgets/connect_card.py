@@ -10,7 +10,8 @@ import time
 import uuid
 from typing import Any
 
-from .base import esc, show, update
+from ..rendering import chrome_html, visible
+from .base import esc, html_widget, show, update
 
 __all__ = ["ConnectCard", "connect_text"]
 
@@ -45,11 +46,11 @@ class ConnectCard:
         self.cancel = w.Button(description="Cancel")
         self.connect.on_click(lambda _b: self._answer(True))
         self.cancel.on_click(lambda _b: self._answer(False))
-        self.status = w.HTML("<i>Connect grants this notebook the model, tools and budget below. "
+        self.status = html_widget("<i>Connect grants this notebook the model, tools and budget below. "
                              "Writes still ask you each time.</i>")
-        tool_box = w.VBox(self.checks) if self.checks else w.HTML("<i>no tools offered</i>")
-        self.widget = w.VBox([w.HTML("<b>🔌 Connect this notebook to the relay agent</b>"), self.model_field,
-                              w.HTML("tools:"), tool_box, self.tokens, self.cost, self.rpm,
+        tool_box = w.VBox(self.checks) if self.checks else html_widget("<i>no tools offered</i>")
+        self.widget = w.VBox([html_widget("<b>🔌 Connect this notebook to the relay agent</b>"), self.model_field,
+                              html_widget("tools:"), tool_box, self.tokens, self.cost, self.rpm,
                               w.HBox([self.connect, self.cancel]), self.status],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
         self._text = connect_text(model, [c.tool_name for c in self.checks], budget, "waiting for your answer")
@@ -70,7 +71,7 @@ class ConnectCard:
         for widget in (self.connect, self.cancel, self.model_field, self.tokens, self.cost, self.rpm, *self.checks):
             widget.disabled = True
         line = f"{'Connected' if ok else 'Cancelled'} by you at {time.strftime('%H:%M:%S')}"
-        self.status.value = f"<b>{esc(line)}</b>"
+        self.status.value = chrome_html(f"<b>{esc(line)}</b>")
         update(self.widget, self._text.replace("waiting for your answer", line), self.display_id)
         self.loop.call_soon_threadsafe(lambda: self.future.done() or self.future.set_result(result))
 

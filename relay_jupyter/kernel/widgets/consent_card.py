@@ -1,8 +1,11 @@
 """The consent card: one per write request (DESIGN.md §2 step 4).
 
-Shows the tool, server, class, arguments and reasons (and for a push the target, size, digest,
-redacted head and diff); buttons Approve / Deny / Allow for this run / Always allow for this
-notebook. After an answer the buttons are disabled and the card says who answered and when.
+Shows the tool, server, class, arguments and reasons (for a tool whose arguments carry code, such as
+``run_code``, the exact code; for a push the target, size, digest, redacted head and diff); buttons
+Approve / Deny / Allow for this run / Always allow for this notebook -- only the scopes the broker
+offers (``scopes`` in the request; ``run_code`` is approved one call at a time). After an answer the
+buttons are disabled and the card says who answered and when, or that the request timed out or was
+withdrawn. Every string from the request goes through :mod:`relay_jupyter.kernel.rendering`.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import time
 import uuid
 from typing import Any
 
-from .base import esc, pretty_json, short, show, update
+from ..rendering import CODE_LIMIT, chrome_html, code_html, visible
+from .base import esc, html_widget, pretty_json, short, show, update
 from .diff_view import DiffView
 
-__all__ = ["CHOICES", "ConsentCard", "card_text"]
+__all__ = ["CHOICES", "SCOPES", "ConsentCard", "card_text", "code_of", "offered_choices", "verb"]
 
 #: (button label, decision, scope, button style)
 CHOICES = (
@@ -24,6 +28,45 @@ CHOICES = (
     ("Allow for this run", "allow", "run", ""),
     ("Always allow for this notebook", "allow", "notebook", "warning"),
 )
+SCOPES = ("once", "run", "notebook")
+
+_VERBS = {"allow": "Approved", "deny": "Denied", "timeout": "Timed out — denied",
+          "cancelled": "Cancelled", "withdrawn": "Withdrawn"}
+
+
+def offered_scopes(data: dict[str, Any]) -> tuple[str, ...]:
+    """The answer scopes this request may be given: the broker's ``scopes`` (absent: all three).
+    A malformed list offers only ``once`` (fail closed); ``once`` is always offered."""
+    scopes = data.get("scopes")
+    if scopes is None:
+        return SCOPES
+    if not isinstance(scopes, list):
+        return ("once",)
+    return tuple(s for s in SCOPES if s == "once" or s in scopes)
+
+
+def offered_choices(data: dict[str, Any]) -> tuple[tuple[str, str, str, str], ...]:
+    """The buttons of this card: Approve and Deny always, the wider scopes only when offered."""
+    scopes = offered_scopes(data)
+    return tuple(c for c in CHOICES if c[2] in scopes)
+
+
+def code_of(data: dict[str, Any]) -> str | None:
+    """The code a call would run (``run_code``'s ``code`` argument, or any tool's string ``code``)."""
+    arguments = data.get("arguments")
+    code = arguments.get("code") if isinstance(arguments, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def _other_arguments(data: dict[str, Any]) -> Any:
+    arguments = data.get("arguments", {})
+    if code_of(data) is not None:
+        return {k: v for k, v in arguments.items() if k != "code"}
+    return arguments
+
+
+def verb(decision: str) -> str:
+    return _VERBS.get(decision, decision)
 
 
 def _when(ts: float) -> str:
@@ -31,19 +74,33 @@ def _when(ts: float) -> str:
 
 
 def card_text(data: dict[str, Any], status: str = "waiting for your answer") -> str:
-    """The text fallback of a card (also what a terminal prompt shows)."""
-    lines = [(f"relay: permission request -- {data.get('tool')} "
-              f"({data.get('tool_class', 'write')}, server: {data.get('server') or 'built-in'})")]
-    lines.append("arguments: " + short(pretty_json(data.get("arguments", {}), 2000), 2000))
+    """The text fallback of a card (also what a terminal prompt shows): control characters, terminal
+    escapes and bidi overrides in the request are shown as ``<U+XXXX>``, not obeyed."""
+    name = visible(str(data.get("tool")), newlines=False)
+    server = visible(str(data.get("server") or "built-in"), newlines=False)
+    lines = [(f"relay: permission request -- {name} "
+              f"({visible(str(data.get('tool_class', 'write')), newlines=False)}, server: {server})")]
+    code = code_of(data)
+    if code is not None:
+        lines.append(f"code ({len(code):,} characters):")
+        lines.append(visible(code[:CODE_LIMIT]))
+        if len(code) > CODE_LIMIT:
+            lines.append(f"[only the first {CODE_LIMIT:,} of {len(code):,} characters are shown; "
+                         "deny unless you have read the rest]")
+        others = _other_arguments(data)
+        if others:
+            lines.append("other arguments: " + visible(short(pretty_json(others, 2000), 2000)))
+    else:
+        lines.append("arguments: " + visible(short(pretty_json(data.get("arguments", {}), 2000), 2000)))
     for reason in data.get("reasons") or []:
-        lines.append(f"  - {short(str(reason), 300)}")
+        lines.append(f"  - {visible(short(str(reason), 300))}")
     preview = data.get("preview") or {}
     if preview:
         for key in ("target", "size", "sha256"):
             if key in preview:
-                lines.append(f"{key}: {preview[key]}")
+                lines.append(f"{key}: {visible(str(preview[key]), newlines=False)}")
         if preview.get("diff"):
-            lines.append(short(str(preview["diff"]), 4000))
+            lines.append(visible(short(str(preview["diff"]), 4000)))
     lines.append(f"status: {status}")
     return "\n".join(lines)
 
@@ -59,34 +116,46 @@ class ConsentCard:
         self.future: asyncio.Future[tuple[str, str]] = self.loop.create_future()
         self.display_id = f"relay-card-{uuid.uuid4().hex}"
         self.answered = False
+        self.outcome: str | None = None
         preview = data.get("preview") or {}
+        code = code_of(data)
         rows = [
-            f"<b>🔐 Permission request</b> — <code>{esc(data.get('tool'))}</code>",
-            (f"<div>class: <b>{esc(data.get('tool_class', 'write'))}</b> · server: "
-             f"{esc(data.get('server') or 'built-in')} · run: {esc(data.get('run_id') or '')}</div>"),
-            ("<div>arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
-             f"{esc(pretty_json(data.get('arguments', {})))}</pre>"),
+            f"<b>🔐 Permission request</b> — <code>{esc(data.get('tool'), newlines=False)}</code>",
+            (f"<div>class: <b>{esc(data.get('tool_class', 'write'), newlines=False)}</b> · server: "
+             f"{esc(data.get('server') or 'built-in', newlines=False)} · run: "
+             f"{esc(data.get('run_id') or '', newlines=False)}</div>"),
         ]
+        if code is not None:
+            rows.append(f"<div>code it would run ({len(code):,} characters, exactly as written):</div>"
+                        + code_html(code))
+            others = _other_arguments(data)
+            if others:
+                rows.append("<div>other arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
+                            f"{esc(pretty_json(others))}</pre>")
+        else:
+            rows.append("<div>arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
+                        f"{esc(pretty_json(data.get('arguments', {})))}</pre>")
         reasons = data.get("reasons") or []
         if reasons:
             rows.append("<ul>" + "".join(f"<li>{esc(short(str(r), 300))}</li>" for r in reasons) + "</ul>")
-        children: list[Any] = [w.HTML("".join(rows))]
+        children: list[Any] = [html_widget("".join(rows))]
         if preview:
-            facts = "".join(f"<div>{esc(k)}: <code>{esc(preview[k])}</code></div>"
+            facts = "".join(f"<div>{esc(k)}: <code>{esc(preview[k], newlines=False)}</code></div>"
                             for k in ("target", "size", "sha256") if k in preview)
             if preview.get("head"):
                 facts += ("<details><summary>head</summary><pre style='margin:0'>"
                           f"{esc(short(str(preview['head']), 4000))}</pre></details>")
-            children.append(w.HTML(facts))
+            children.append(html_widget(facts))
             if preview.get("diff"):
                 children.append(DiffView(str(preview["diff"]), "diff against the current file").widget())
+        self.choices = offered_choices(data)
         self.buttons = []
-        for label, decision, scope, style in CHOICES:
+        for label, decision, scope, style in self.choices:
             button = w.Button(description=label, button_style=style,
                               layout=w.Layout(width="auto"), tooltip=f"{decision} ({scope})")
             button.on_click(lambda _b, d=decision, s=scope: self._answer(d, s, "you (click)"))
             self.buttons.append(button)
-        self.status = w.HTML("<i>waiting for your answer…</i>")
+        self.status = html_widget("<i>waiting for your answer…</i>")
         children += [w.HBox(self.buttons), self.status]
         self.widget = w.VBox(children, layout=w.Layout(border="1px solid #d0d7de", padding="6px", margin="4px 0"))
 
@@ -98,6 +167,8 @@ class ConsentCard:
         # one answer per card: a second click (even in the same tick, before the future resolves) is ignored
         if self.answered or self.future.done():
             return
+        if decision == "allow" and scope not in offered_scopes(self.data):
+            scope = "once"  # never wider than offered, whatever a comm message claims
         self.answered = True
         self.mark(decision, scope, who, time.time())
 
@@ -110,14 +181,18 @@ class ConsentCard:
         self.loop.call_soon_threadsafe(resolve)
 
     def mark(self, decision: str, scope: str, who: str, when: float, note: str = "") -> None:
-        """Disable the buttons and record the answer on the card (and in its text fallback)."""
+        """Disable the buttons and record the outcome on the card (and in its text fallback)."""
         for button in self.buttons:
             button.disabled = True
-        verb = {"allow": "Approved", "deny": "Denied", "timeout": "Denied (timed out)",
-                "cancelled": "Cancelled"}.get(decision, decision)
-        reach = {"once": "", "run": " for this run", "notebook": " for this notebook (saved)"}.get(scope, "")
-        line = f"{verb}{reach} by {who} at {_when(when)}" + (f" — {note}" if note else "")
-        self.status.value = f"<b>{esc(line)}</b>"
+        self.outcome = decision
+        reach = {"once": "", "run": " for this run", "notebook": " for this notebook (saved)"}.get(scope, "") \
+            if decision == "allow" else ""
+        if decision in ("timeout", "withdrawn"):
+            line = f"{verb(decision)} at {_when(when)}"
+        else:
+            line = f"{verb(decision)}{reach} by {who} at {_when(when)}"
+        line += f" — {note}" if note else ""
+        self.status.value = chrome_html(f"<b>{esc(line)}</b>")
         update(self.widget, card_text(self.data, line), self.display_id)
 
     async def wait(self, timeout: float) -> tuple[str, str]:

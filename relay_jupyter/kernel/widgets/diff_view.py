@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import esc, short
+from ..rendering import chrome_html, visible
+from .base import esc, html_widget, short
 
 __all__ = ["DiffView", "split_hunks"]
 
@@ -29,7 +30,7 @@ def split_hunks(diff: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
 def _line(line: str) -> str:
     key = line[:1] if not line.startswith(("+++", "---")) else ""
     colour = _COLOURS.get(key)
-    style = f' style="background:{colour}"' if colour else ""
+    style = f' style="background-color:{colour}"' if colour else ""
     return f"<span{style}>{esc(line) or ' '}</span>"
 
 
@@ -60,10 +61,9 @@ class DiffView:
         return "".join(parts)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/html": self.html(), "text/plain": (f"{self.title}\n" if self.title else "") + self.diff}
+        return {"text/html": chrome_html(self.html()),
+                "text/plain": visible((f"{self.title}\n" if self.title else "") + self.diff)}
 
     def widget(self) -> Any:
         """The same view as an ``ipywidgets.HTML`` (to embed in a card)."""
-        import ipywidgets as w
-
-        return w.HTML(self.html())
+        return html_widget(self.html())

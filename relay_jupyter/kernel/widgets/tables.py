@@ -8,7 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .base import esc, pretty_json, short, show
+from ..rendering import chrome_html, visible
+from .base import esc, html_widget, pretty_json, short, show
 
 __all__ = ["BudgetMeters", "GrantsTable", "RunView", "budget_numbers"]
 
@@ -38,14 +39,14 @@ class GrantsTable:
     def show(self) -> None:
         import ipywidgets as w
 
-        rows: list[Any] = [w.HTML("<b>Grants</b>" if self.grants else "<i>no grants</i>")]
+        rows: list[Any] = [html_widget("<b>Grants</b>" if self.grants else "<i>no grants</i>")]
         for grant in self.grants:
             origin = str(grant.get("origin"))
-            label = w.HTML(f"<code>{esc(origin)}</code> — tools: {esc(_fmt_list(grant.get('tools', [])))}; "
+            label = html_widget(f"<code>{esc(origin, newlines=False)}</code> — tools: {esc(_fmt_list(grant.get('tools', [])))}; "
                            f"models: {esc(_fmt_list(grant.get('models', [])))}; "
                            f"budget: {esc(short(pretty_json(grant.get('budget', {}), 400), 400))}")
             button = w.Button(description="Revoke", button_style="danger", layout=w.Layout(width="auto"))
-            note = w.HTML("")
+            note = html_widget("")
             button.on_click(lambda b, o=origin, n=note: self._revoke(o, b, n))
             rows.append(w.HBox([button, label, note]))
         show(w.VBox(rows), self.text())
@@ -56,9 +57,9 @@ class GrantsTable:
         async def go() -> None:
             try:
                 await self.revoke(origin)
-                note.value = f"<b>revoked at {time.strftime('%H:%M:%S')}</b>"
+                note.value = chrome_html(f"<b>revoked at {time.strftime('%H:%M:%S')}</b>")
             except Exception as exc:  # noqa: BLE001 -- shown on the row: a click must never raise into the kernel
-                note.value = f"<b style='color:#b00'>{esc(getattr(exc, 'message', str(exc)))}</b>"
+                note.value = chrome_html(f"<span style='color:#b00'><b>{esc(getattr(exc, 'message', str(exc)))}</b></span>")
                 button.disabled = False
 
         asyncio.ensure_future(go())
@@ -109,7 +110,7 @@ class BudgetMeters:
     def show(self) -> None:
         import ipywidgets as w
 
-        bars: list[Any] = [w.HTML("<b>Budget</b>")]
+        bars: list[Any] = [html_widget("<b>Budget</b>")]
         for label, used, limit, unit in self.rows:
             value = used or 0.0
             top = float(limit) if limit else max(value, 1.0)
@@ -118,8 +119,8 @@ class BudgetMeters:
             bar = w.FloatProgress(value=min(value, top), min=0.0, max=top, bar_style=style,
                                   layout=w.Layout(width="240px"))
             cap = "no limit" if limit is None else f"{limit:g}"
-            bars.append(w.HBox([w.HTML(f"<span style='display:inline-block;width:14em'>{esc(label)}</span>"), bar,
-                                w.HTML(f"&nbsp;{esc(_fmt_num(used))} / {esc(cap)} {esc(unit)}")]))
+            bars.append(w.HBox([html_widget(f"<span style='display:inline-block;width:14em'>{esc(label)}</span>"), bar,
+                                html_widget(f"&nbsp;{esc(_fmt_num(used))} / {esc(cap)} {esc(unit)}")]))
         show(w.VBox(bars), self.text())
 
 
@@ -192,4 +193,4 @@ class RunView:
                 f"{rows}</table>")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/html": self.html(), "text/plain": self.text()}
+        return {"text/html": chrome_html(self.html()), "text/plain": visible(self.text())}
