@@ -3,6 +3,12 @@
 Uses ``messages.create(stream=True)`` (raw events; about 2.4x the throughput of the
 ``messages.stream`` helper, see STACK.md) with the SDK's own retries off (``max_retries=0``):
 retries of 429/529 are ours, honoring ``retry-after`` and bounded by :class:`RetryPolicy`.
+
+The SDK's HTTP client is ours (:func:`~relay_jupyter.backends.capped.capped_client`): every SSE event
+is capped while it is read, redirects are not followed. The turn is complete only when the stream
+sent ``message_stop``; a stream that ends before it is ``BACKEND_ERROR`` and a tool block that never
+closed is dropped (never executed). Transport failures map to ``BACKEND_UNREACHABLE`` /
+``BACKEND_TIMEOUT``; an ``error`` event reports the API's own error type and message (redacted).
 """
 
 from __future__ import annotations
@@ -11,10 +17,13 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
+from ..core.errors import Code
 from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
 from .base import (
+    MAX_SSE_EVENT,
     BackendFailure,
+    Progress,
     RetryPolicy,
     Stop,
     StreamingBackend,
@@ -22,14 +31,21 @@ from .base import (
     ToolCallDone,
     TurnEvent,
     UsageEvent,
+    failure,
+    redact,
     retry_after_from,
+    safe_url,
     tool_schemas,
+    truncated,
 )
+from .capped import capped_client, transport_failure
 
 __all__ = ["DEFAULT_MODELS", "AnthropicBackend"]
 
 #: Models served when the configuration names none. Patterns end in ``*`` for a prefix.
 DEFAULT_MODELS: tuple[str, ...] = ("claude-*",)
+_SERVER = "the Anthropic API"
+_PROGRESS = Progress()
 
 
 def _usage_from(obj: Any, previous: TokenUsage | None) -> TokenUsage:
@@ -50,21 +66,28 @@ class AnthropicBackend(StreamingBackend):
     name = "anthropic"
 
     def __init__(self, api_key: str, *, base_url: str | None = None, models: Iterable[str] = DEFAULT_MODELS,
-                 retry: RetryPolicy | None = None, timeout: float = 120.0) -> None:
+                 retry: RetryPolicy | None = None, timeout: float = 120.0,
+                 max_event_bytes: int = MAX_SSE_EVENT) -> None:
         import anthropic  # the broker side only; kept out of the kernel's import path
+        import httpx2
 
         self._anthropic = anthropic
+        self._httpx = httpx2
+        self._key = api_key
+        self._timeout = timeout
+        self._http = capped_client(max_event_bytes, timeout=httpx2.Timeout(timeout, connect=10.0))
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0,
-                                                timeout=timeout)
+                                                timeout=timeout, http_client=self._http)
         self.models = tuple(models)
         self.retry = retry or RetryPolicy()
 
-    def __repr__(self) -> str:  # never show the key
-        return f"AnthropicBackend(base_url={str(self._client.base_url)!r}, models={self.models!r})"
+    def __repr__(self) -> str:  # never show the key, nor credentials a URL may carry
+        return f"AnthropicBackend(base_url={safe_url(self._client.base_url)!r}, models={self.models!r})"
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.close()
+        await self._http.aclose()
 
     async def _one(self, model: str, system: str, messages: list[dict[str, Any]],
                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
@@ -79,62 +102,104 @@ class AnthropicBackend(StreamingBackend):
             stream = await self._client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
             raise self._status_failure(exc) from None
-        except anthropic.APIConnectionError as exc:
-            raise BackendFailure(f"cannot reach the Anthropic endpoint ({type(exc).__name__})") from None
+        except Exception as exc:
+            raise self._failure(exc) from None
         usage: TokenUsage | None = None
         blocks: dict[int, dict[str, Any]] = {}
         stop_reason = "end_turn"
+        complete = False
         try:
             async for event in stream:
-                kind = event.type
-                if kind == "content_block_delta":
-                    delta = event.delta
-                    if delta.type == "text_delta":
-                        yield TextDelta(delta.text)
-                    elif delta.type == "input_json_delta":
-                        block = blocks.get(event.index)
+                try:
+                    kind = event.type
+                    if kind == "content_block_delta":
+                        delta = event.delta
+                        if delta.type == "text_delta":
+                            yield TextDelta(delta.text)
+                        elif delta.type == "input_json_delta":
+                            block = blocks.get(event.index)
+                            if block is not None:
+                                block["json"].append(delta.partial_json)
+                            yield _PROGRESS
+                        else:  # thinking, signatures, citations: content, not a keep-alive
+                            yield _PROGRESS
+                    elif kind == "content_block_start":
+                        cb = event.content_block
+                        if cb.type == "tool_use":
+                            blocks[event.index] = {"id": cb.id, "name": cb.name, "json": []}
+                            yield _PROGRESS
+                        elif cb.type == "text" and cb.text:
+                            yield TextDelta(cb.text)
+                    elif kind == "content_block_stop":
+                        block = blocks.pop(event.index, None)
                         if block is not None:
-                            block["json"].append(delta.partial_json)
-                elif kind == "content_block_start":
-                    cb = event.content_block
-                    if cb.type == "tool_use":
-                        blocks[event.index] = {"id": cb.id, "name": cb.name, "json": []}
-                    elif cb.type == "text" and cb.text:
-                        yield TextDelta(cb.text)
-                elif kind == "content_block_stop":
-                    block = blocks.pop(event.index, None)
-                    if block is not None:
-                        yield _tool_call(block)
-                elif kind == "message_start":
-                    usage = _usage_from(event.message.usage, None)
-                    yield UsageEvent(usage)
-                elif kind == "message_delta":
-                    if event.delta.stop_reason:
-                        stop_reason = event.delta.stop_reason
-                    if event.usage is not None:
-                        usage = _usage_from(event.usage, usage)
+                            yield _tool_call(block)
+                    elif kind == "message_start":
+                        usage = _usage_from(event.message.usage, None)
                         yield UsageEvent(usage)
+                    elif kind == "message_delta":
+                        if event.delta.stop_reason:
+                            stop_reason = event.delta.stop_reason
+                        if event.usage is not None:
+                            usage = _usage_from(event.usage, usage)
+                            yield UsageEvent(usage)
+                    elif kind == "message_stop":
+                        complete = True
+                except (AttributeError, TypeError, KeyError, ValueError):
+                    raise failure(Code.BACKEND_ERROR, f"{_SERVER} sent a malformed stream event "
+                                                      f"({redact(getattr(event, 'type', '?'))[:40]})") from None
+        except BackendFailure:
+            raise
         except anthropic.APIStatusError as exc:
             raise self._status_failure(exc) from None
-        except anthropic.APIError as exc:
-            raise BackendFailure(f"the Anthropic stream failed ({type(exc).__name__})") from None
+        except Exception as exc:
+            raise self._failure(exc) from None
         finally:
             await stream.close()
+        if not complete:
+            # a clean end of stream without message_stop: the answer (and any open tool block) is cut
+            raise truncated()
         yield Stop(stop_reason)
+
+    def _failure(self, exc: BaseException) -> BackendFailure:
+        """A transport, SDK or decoding exception as its code; anything unknown propagates as a bug."""
+        found = transport_failure(exc, _SERVER, read_timeout=self._timeout)
+        if found is not None:
+            return found
+        anthropic = self._anthropic
+        if isinstance(exc, anthropic.APITimeoutError):
+            return failure(Code.BACKEND_TIMEOUT, f"{_SERVER} did not answer within {self._timeout:g} s")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return failure(Code.BACKEND_UNREACHABLE, f"cannot reach {_SERVER} ({type(exc).__name__})")
+        if isinstance(exc, ValueError):  # sse.json() on a data line that is not JSON
+            return failure(Code.BACKEND_ERROR, f"{_SERVER} sent a malformed stream event (not JSON)")
+        if isinstance(exc, anthropic.APIError):
+            return failure(Code.BACKEND_ERROR, f"the Anthropic stream failed ({type(exc).__name__})")
+        raise exc
 
     def _status_failure(self, exc: Any) -> BackendFailure:
         status = getattr(exc, "status_code", None)
         retry_after = retry_after_from(exc.response.headers) if exc.response is not None else None
-        retryable = status in self.retry.retry_statuses
-        # The SDK message may quote the request; keep only the status and the API's error type.
-        detail = ""
+        # an ``error`` event inside a 200 stream arrives as a status error with status 200
+        mid_stream = status == 200
+        retryable = status in self.retry.retry_statuses and not mid_stream
+        # The SDK's own message may quote the request: show only the API's error type and message.
+        error_type = message = None
         body = getattr(exc, "body", None)
         if isinstance(body, dict):
             err = body.get("error")
-            if isinstance(err, dict) and isinstance(err.get("type"), str):
-                detail = f" ({err['type'][:80]})"
-        return BackendFailure(f"the Anthropic API answered HTTP {status}{detail}", status=status,
-                              retry_after=retry_after, retryable=retryable)
+            if isinstance(err, dict):
+                if isinstance(err.get("type"), str):
+                    error_type = redact(err["type"])[:80]
+                if isinstance(err.get("message"), str):
+                    message = redact(err["message"], (self._key,))
+        said = f"{error_type or 'error'}: {message}" if message else (error_type or "an error")
+        if mid_stream:
+            what = f"{_SERVER} failed mid-stream ({said})"
+        else:
+            what = f"{_SERVER} answered HTTP {status} ({said})"
+        return failure(Code.BACKEND_ERROR, what, status=None if mid_stream else status,
+                       retry_after=retry_after, retryable=retryable, error_type=error_type)
 
 
 def _tool_call(block: dict[str, Any]) -> ToolCallDone:

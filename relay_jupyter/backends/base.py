@@ -8,24 +8,36 @@ Messages inside relay are Anthropic-like content blocks (the OpenAI adapter conv
           | {"type": "tool_result", "tool_use_id": str, "content": str, "is_error": bool}
 
 A backend streams one assistant turn as :data:`TurnEvent` values: any number of
-:class:`TextDelta` and :class:`ToolCallDone`, then :class:`Usage` (once or more; the last wins)
-and exactly one :class:`Stop`. Failures are :class:`BackendFailure` (a ``BACKEND_ERROR`` refusal).
+:class:`TextDelta`, :class:`ToolCallDone` and :class:`Progress`, then :class:`Usage` (once or more;
+the last wins) and exactly one :class:`Stop`. A backend yields :class:`Stop` only when the server sent
+its end marker (Anthropic ``message_stop``; OpenAI a ``finish_reason`` or ``[DONE]``): a stream that
+ends without it is a :class:`BackendFailure`, never a short answer.
+
+Failures are :class:`BackendFailure`, a refusal whose code says what went wrong:
+``BACKEND_UNREACHABLE`` (cannot connect, connection cut), ``BACKEND_TIMEOUT`` (read timeout, turn
+deadline) or ``BACKEND_ERROR`` (HTTP error, error event, malformed or oversized stream, truncation).
+Messages carry the server's own error type and message with secrets redacted (:func:`redact`), and
+end with one sentence saying what the user can do.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from ..core.errors import Code, Refusal
 from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
 
 __all__ = [
+    "MAX_SSE_EVENT",
     "Backend",
     "BackendFailure",
+    "Progress",
     "RetryPolicy",
     "Stop",
     "StreamingBackend",
@@ -34,8 +46,16 @@ __all__ = [
     "TurnEvent",
     "UsageEvent",
     "model_allowed",
+    "redact",
+    "safe_url",
     "tool_schemas",
+    "truncated",
 ]
+
+#: Largest SSE event (bytes up to a blank line, so also the largest line) read from a model server.
+#: Counted while the bytes arrive (:mod:`relay_jupyter.backends.capped`), before anything is buffered
+#: whole: a flood costs at most this much memory, not the size of the flood.
+MAX_SSE_EVENT = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,24 +88,95 @@ class UsageEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """Content arrived that is not yet an event of its own (a piece of a tool call's arguments, a
+    thinking delta). It resets the turn's idle deadline; keep-alive pings never produce one."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """End of the turn: ``end_turn`` | ``tool_use`` | ``max_tokens`` | ``stop_sequence`` | other."""
 
     reason: str
 
 
-TurnEvent = TextDelta | ToolCallDone | UsageEvent | Stop
+TurnEvent = TextDelta | ToolCallDone | UsageEvent | Progress | Stop
 
 
 class BackendFailure(Refusal):
-    """The model endpoint failed (transport, HTTP status, malformed stream). Never carries a key."""
+    """The model endpoint failed (transport, HTTP status, malformed stream, deadline). Never carries a key.
+
+    ``code`` is ``BACKEND_ERROR`` (default), ``BACKEND_UNREACHABLE`` or ``BACKEND_TIMEOUT``;
+    ``error_type`` is the server's own error type when it sent one (``overloaded_error`` ...)."""
 
     def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None,
-                 retryable: bool = False) -> None:
-        super().__init__(Code.BACKEND_ERROR, message, data={"status": status} if status else None)
+                 retryable: bool = False, code: Code = Code.BACKEND_ERROR,
+                 error_type: str | None = None) -> None:
+        data: dict[str, Any] = {}
+        if status:
+            data["status"] = status
+        if error_type:
+            data["error_type"] = error_type
+        super().__init__(code, message, data=data or None)
         self.status = status
         self.retry_after = retry_after
         self.retryable = retryable
+        self.error_type = error_type
+
+
+#: What the user can do, per code: the last sentence of every backend failure message.
+ADVICE = {
+    Code.BACKEND_UNREACHABLE: "Check that the model server is running and that its URL in the relay "
+                              "server config is right, then run the cell again.",
+    Code.BACKEND_TIMEOUT: "The model server is slow or stuck: run the cell again, or raise "
+                          "c.RelayApp.turn_timeout / turn_idle_timeout if long answers are expected.",
+    Code.BACKEND_ERROR: "Run the cell again; if it keeps failing, check the model server's logs or status page.",
+}
+
+
+def failure(code: Code, what: str, **kw: Any) -> BackendFailure:
+    """A :class:`BackendFailure` whose message is ``what`` plus the advice for ``code``."""
+    return BackendFailure(f"{what}. {ADVICE[code]}", code=code, **kw)
+
+
+def truncated(**kw: Any) -> BackendFailure:
+    """The stream ended cleanly but without its end marker: the answer is incomplete."""
+    return failure(Code.BACKEND_ERROR, "the model server closed the stream before the answer ended", **kw)
+
+
+# Token-looking strings a server may echo back in an error message (its own or the client's key).
+_SECRETISH = re.compile(
+    r"(?i)(bearer\s+)[^\s\"',;]+"
+    r"|\b(?:sk|pk|rk|ak|key|tok|api)[-_][A-Za-z0-9_\-]{6,}"
+    r"|\b[A-Za-z0-9_\-]{32,}\b"
+)
+_MAX_SERVER_TEXT = 300
+
+
+def redact(text: Any, secrets: Iterable[str | None] = ()) -> str:
+    """A server-provided string made safe to show: one line, at most 300 characters, every
+    configured secret and anything token-shaped replaced by ``[redacted]``."""
+    line = " ".join(str(text)[:4000].split())
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            line = line.replace(secret, "[redacted]")
+    line = _SECRETISH.sub(lambda m: (m.group(1) or "") + "[redacted]", line)
+    if len(line) > _MAX_SERVER_TEXT:
+        line = line[:_MAX_SERVER_TEXT] + "…"
+    return line
+
+
+def safe_url(url: Any) -> str:
+    """``url`` for a repr or a message: userinfo, query and fragment removed (they may hold credentials)."""
+    try:
+        parts = urlsplit(str(url))
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(invalid URL)"
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,12 @@ llama.cpp, LM Studio), streamed over ``httpx2`` without the ``openai`` package.
 
 Tool calls arrive in pieces keyed by ``index`` (the ``id`` and ``name`` usually only in the
 first piece); we assemble them by index and emit them in index order when the stream ends.
+
+A turn is complete only when the server ended it: a ``finish_reason`` or ``data: [DONE]``. A stream
+that ends without either is ``BACKEND_ERROR`` and its tool calls are dropped (never executed). Every
+SSE line is capped while it is read (:func:`~relay_jupyter.backends.capped.capped_client`); an error
+chunk reports the server's own error type and message (redacted); transport failures map to
+``BACKEND_UNREACHABLE`` / ``BACKEND_TIMEOUT``.
 Some servers send a usage chunk after ``data: [DONE]``, so we keep reading to the end.
 """
 
@@ -15,8 +21,11 @@ from typing import Any
 
 from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
+from ..core.errors import Code
 from .base import (
+    MAX_SSE_EVENT,
     BackendFailure,
+    Progress,
     RetryPolicy,
     Stop,
     StreamingBackend,
@@ -24,13 +33,19 @@ from .base import (
     ToolCallDone,
     TurnEvent,
     UsageEvent,
+    failure,
+    redact,
     retry_after_from,
+    safe_url,
+    truncated,
 )
+from .capped import capped_client, transport_failure
 
 __all__ = ["OpenAIBackend", "chat_url", "to_openai_messages"]
 
 _FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
-_MAX_LINE = 8 * 1024 * 1024  # a single SSE line beyond this is a flood, not a chunk
+_PROGRESS = Progress()
+_MAX_ERROR_BODY = 64 * 1024
 
 
 def chat_url(base_url: str) -> str:
@@ -94,20 +109,25 @@ class OpenAIBackend(StreamingBackend):
     name = "openai"
 
     def __init__(self, base_url: str, api_key: str | None = None, *, models: Iterable[str] = ("*",),
-                 retry: RetryPolicy | None = None, timeout: float = 120.0) -> None:
+                 retry: RetryPolicy | None = None, timeout: float = 120.0,
+                 max_event_bytes: int = MAX_SSE_EVENT) -> None:
         import httpx2  # broker side only
 
         self._httpx = httpx2
         headers = {"accept": "text/event-stream"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
+        self._key = api_key
+        self._timeout = timeout
         self._url = chat_url(base_url)
-        self._client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout, connect=10.0))
+        self._server = f"the model server at {safe_url(self._url)}"
+        self._client = capped_client(max_event_bytes, timeout=httpx2.Timeout(timeout, connect=10.0),
+                                     headers=headers)
         self.models = tuple(models)
         self.retry = retry or RetryPolicy()
 
-    def __repr__(self) -> str:  # never show the key
-        return f"OpenAIBackend(url={self._url!r}, models={self.models!r})"
+    def __repr__(self) -> str:  # never show the key, nor credentials a URL may carry
+        return f"OpenAIBackend(url={safe_url(self._url)!r}, models={self.models!r})"
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -115,7 +135,6 @@ class OpenAIBackend(StreamingBackend):
 
     async def _one(self, model: str, system: str, messages: list[dict[str, Any]],
                    tools: Sequence[ToolSpec], max_tokens: int) -> AsyncIterator[TurnEvent]:
-        httpx = self._httpx
         body: dict[str, Any] = {"model": model, "messages": to_openai_messages(system, messages),
                                 "stream": True, "max_tokens": max_tokens,
                                 "stream_options": {"include_usage": True}}
@@ -123,48 +142,103 @@ class OpenAIBackend(StreamingBackend):
             body["tools"] = _tools(tools)
         calls: dict[int, dict[str, Any]] = {}
         finish = "end_turn"
+        ended = False  # a finish_reason or [DONE] arrived
         try:
             async with self._client.stream("POST", self._url, json=body) as resp:
                 if resp.status_code != 200:
-                    await resp.aread()
-                    raise BackendFailure(
-                        f"the model endpoint answered HTTP {resp.status_code}", status=resp.status_code,
-                        retry_after=retry_after_from(resp.headers),
-                        retryable=resp.status_code in self.retry.retry_statuses)
+                    raise await self._status_failure(resp)
                 async for line in resp.aiter_lines():
-                    if len(line) > _MAX_LINE:
-                        raise BackendFailure("the model endpoint sent an oversized stream line")
                     if not line.startswith("data:"):
-                        continue
+                        continue  # comments (": keep-alive"), event:/id: lines, blank lines
                     data = line[5:].strip()
-                    if not data or data == "[DONE]":
+                    if not data:
+                        continue
+                    if data == "[DONE]":
+                        ended = True
                         continue  # keep reading: a usage chunk may follow [DONE]
                     try:
                         chunk = json.loads(data)
                     except ValueError:
-                        raise BackendFailure("the model endpoint sent a malformed stream chunk") from None
+                        raise failure(Code.BACKEND_ERROR,
+                                      f"{self._server} sent a malformed stream chunk (not JSON)") from None
                     if not isinstance(chunk, dict):
-                        continue
-                    if isinstance(chunk.get("error"), dict):
-                        raise BackendFailure("the model endpoint reported an error mid-stream")
-                    if isinstance(chunk.get("usage"), dict):
-                        yield UsageEvent(_usage(chunk["usage"]))
-                    for choice in chunk.get("choices") or ():
-                        delta = choice.get("delta") or {}
-                        text = delta.get("content")
-                        if isinstance(text, str) and text:
-                            yield TextDelta(text)
-                        for piece in delta.get("tool_calls") or ():
-                            _collect(calls, piece)
-                        if choice.get("finish_reason"):
-                            finish = _FINISH.get(choice["finish_reason"], choice["finish_reason"])
-        except httpx.HTTPError as exc:
-            raise BackendFailure(f"cannot reach the model endpoint ({type(exc).__name__})") from None
+                        raise failure(Code.BACKEND_ERROR,
+                                      f"{self._server} sent a malformed stream chunk (not a JSON object)")
+                    if chunk.get("error") is not None:
+                        raise self._error_failure(chunk["error"], "mid-stream")
+                    try:
+                        if isinstance(chunk.get("usage"), dict):
+                            yield UsageEvent(_usage(chunk["usage"]))
+                        for choice in chunk.get("choices") or ():
+                            delta = choice.get("delta") or {}
+                            text = delta.get("content")
+                            if isinstance(text, str) and text:
+                                yield TextDelta(text)
+                            pieces = delta.get("tool_calls") or ()
+                            for piece in pieces:
+                                _collect(calls, piece)
+                            if pieces or delta.get("reasoning_content"):
+                                yield _PROGRESS
+                            if choice.get("finish_reason"):
+                                finish = _FINISH.get(choice["finish_reason"], choice["finish_reason"])
+                                ended = True
+                    except (AttributeError, TypeError, ValueError):
+                        raise failure(Code.BACKEND_ERROR,
+                                      f"{self._server} sent a malformed stream chunk (unexpected shape)") from None
+        except BackendFailure:
+            raise
+        except Exception as exc:
+            found = transport_failure(exc, self._server, read_timeout=self._timeout)
+            if found is None:
+                raise
+            raise found from None
+        if not ended:
+            raise truncated()  # the open tool calls are dropped: never executed
         for index in sorted(calls):
             yield _done(calls[index])
         if calls and finish == "end_turn":
             finish = "tool_use"  # some servers say "stop" even when they called tools
         yield Stop(finish)
+
+    async def _status_failure(self, resp: Any) -> BackendFailure:
+        """An HTTP error answer, with the server's error type and message when it sent JSON."""
+        raw = b""
+        async for piece in resp.aiter_bytes():
+            raw += piece
+            if len(raw) > _MAX_ERROR_BODY:
+                break
+        error: Any = None
+        try:
+            parsed = json.loads(raw[:_MAX_ERROR_BODY])
+            error = parsed.get("error") if isinstance(parsed, dict) else None
+        except ValueError:
+            pass
+        status = resp.status_code
+        what, error_type = self._error_text(error, f"HTTP {status}") if error is not None else \
+            (f"{self._server} answered HTTP {status}", None)
+        return failure(Code.BACKEND_ERROR, what, status=status, retry_after=retry_after_from(resp.headers),
+                       retryable=status in self.retry.retry_statuses, error_type=error_type)
+
+    def _error_failure(self, error: Any, when: str) -> BackendFailure:
+        """``{"error": {"type", "message", "code"}}`` (or a bare string) as a BACKEND_ERROR."""
+        what, error_type = self._error_text(error, when)
+        return failure(Code.BACKEND_ERROR, what, error_type=error_type)
+
+    def _error_text(self, error: Any, when: str) -> tuple[str, str | None]:
+        error_type = message = None
+        if isinstance(error, dict):
+            kind = error.get("type") or error.get("code")
+            error_type = redact(kind)[:80] if isinstance(kind, (str, int)) else None
+            if isinstance(error.get("message"), str):
+                message = redact(error["message"], (self._key,))
+        elif isinstance(error, str):
+            message = redact(error, (self._key,))
+        said = f"{error_type or 'error'}: {message}" if message else (error_type or "an error")
+        if when == "mid-stream":
+            what = f"{self._server} failed mid-stream ({said})"
+        else:
+            what = f"{self._server} answered {when} ({said})"
+        return what, error_type
 
 
 def _collect(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ..core.errors import Code, ConfigRefusal
 
@@ -83,6 +83,13 @@ class BrokerConfig(BaseModel):
     anthropic_base_url: str | None = None
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
+    allow_insecure_endpoints: tuple[str, ...] = ()
+    """``http://host:port`` entries a model base URL may reach over plain http although they are not
+    loopback (the API key then travels in clear text). Everything else needs https or loopback."""
+    turn_timeout: float = Field(300.0, gt=0, le=86_400)
+    """Seconds one model turn may take in all (pings and trickled words do not extend it): BACKEND_TIMEOUT."""
+    turn_idle_timeout: float = Field(120.0, gt=0, le=86_400)
+    """Seconds a model turn may go without content (keep-alive pings do not count): BACKEND_TIMEOUT."""
     secrets_file: Path | None = None
     """A 0600 file with keys (read by ``backends/keys.py``); refused when group/world accessible."""
     mcp_config_path: Path | None = None
@@ -100,6 +107,19 @@ class BrokerConfig(BaseModel):
     """Environment variables scrubbed from every kernel's environment."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Settings of components wired later (runtime, MCP), passed through untouched."""
+
+    @model_validator(mode="after")
+    def _endpoint_policy(self) -> BrokerConfig:
+        """Model base URLs follow the endpoint policy (https, or http to loopback, or listed in
+        ``allow_insecure_endpoints``; no credentials; http(s) only): refused at start, one line."""
+        from ..mcp.policy import check_model_endpoint, parse_insecure_endpoints
+
+        allowed = parse_insecure_endpoints(self.allow_insecure_endpoints)
+        for setting in ("anthropic_base_url", "openai_base_url"):
+            url = getattr(self, setting)
+            if url is not None:
+                check_model_endpoint(url, f"c.RelayApp.{setting}", allow_insecure=allowed)
+        return self
 
     def secret_values(self) -> list[str]:
         """Every configured secret value (to scrub from kernel environments by value). Never log these."""

@@ -17,6 +17,7 @@ workspaces — never meet.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -112,12 +113,26 @@ def backends_from_config(config: Any, keys: KeySource | None = None) -> dict[str
         {"anthropic": config.anthropic_api_key.get_secret_value() if config.anthropic_api_key else "",
          "openai": config.openai_api_key.get_secret_value() if config.openai_api_key else ""},
         config.secrets_file)
+    from ..mcp.policy import check_model_endpoint, parse_insecure_endpoints
+
     allowed = tuple(config.allowed_models) or None
     out: dict[str, Backend] = {}
     key = keys.get("anthropic")
+    # every model URL follows the endpoint policy (BrokerConfig checks the configured ones; the SDK
+    # would also read $ANTHROPIC_BASE_URL, so that one is checked here, and passed explicitly)
+    insecure = parse_insecure_endpoints(getattr(config, "allow_insecure_endpoints", ()))
+    if config.openai_base_url:
+        check_model_endpoint(config.openai_base_url, "c.RelayApp.openai_base_url", allow_insecure=insecure)
+    anthropic_url = config.anthropic_base_url
+    if anthropic_url:
+        check_model_endpoint(anthropic_url, "c.RelayApp.anthropic_base_url", allow_insecure=insecure)
+    elif key is not None and os.environ.get("ANTHROPIC_BASE_URL"):
+        anthropic_url = check_model_endpoint(os.environ["ANTHROPIC_BASE_URL"],
+                                             "$ANTHROPIC_BASE_URL (the server's environment)",
+                                             allow_insecure=insecure)
     if key is not None:
         from ..backends.anthropic import DEFAULT_MODELS, AnthropicBackend
-        out["anthropic"] = AnthropicBackend(key.reveal(), base_url=config.anthropic_base_url,
+        out["anthropic"] = AnthropicBackend(key.reveal(), base_url=anthropic_url,
                                             models=allowed or DEFAULT_MODELS)
     if config.openai_base_url:
         from ..backends.openai import OpenAIBackend
@@ -135,8 +150,9 @@ def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = Non
     conversations = store if hasattr(store, "save_conversation") else MemoryConversations()
     if backends is None:
         backends = backends_from_config(broker.config)
-    runtime_config = config or RuntimeConfig(**{k: v for k, v in broker.config.extra.get("runtime", {}).items()
-                                                if k in RuntimeConfig.__dataclass_fields__})
+    runtime_config = config or RuntimeConfig(**{
+        "turn_timeout": broker.config.turn_timeout, "turn_idle_timeout": broker.config.turn_idle_timeout,
+        **{k: v for k, v in broker.config.extra.get("runtime", {}).items() if k in RuntimeConfig.__dataclass_fields__}})
     manager = RunManager(broker.gate, store, conversations, broker.events, [BrokerTools(broker)], backends,
                          runtime_config, consent=broker.permissions)
     broker.runs = manager

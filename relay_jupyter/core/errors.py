@@ -77,6 +77,12 @@ class Code(StrEnum):
     NO_CREDENTIALS = "NO_CREDENTIALS"
     MODEL_NOT_ALLOWED = "MODEL_NOT_ALLOWED"
     BACKEND_ERROR = "BACKEND_ERROR"
+    """The model server answered wrongly: an HTTP error, an error event, malformed JSON/SSE, or a stream
+    that ended before its end marker (the server's own error type and message, secrets redacted)."""
+    BACKEND_UNREACHABLE = "BACKEND_UNREACHABLE"
+    """The model server could not be reached, or the connection was cut mid-answer."""
+    BACKEND_TIMEOUT = "BACKEND_TIMEOUT"
+    """A model turn hit its deadline (``turn_timeout`` overall, or ``turn_idle_timeout`` with no content)."""
     ENDPOINT_REFUSED = "ENDPOINT_REFUSED"
     """An MCP/HTTP endpoint broke the endpoint policy (not https/loopback, credentials in the URL)."""
     CONFIG_INVALID = "CONFIG_INVALID"

@@ -5,6 +5,12 @@ Coalescing keeps the event count bounded whatever the model's delta size: text i
 ``max_chars`` are buffered, when ``interval`` seconds have passed since the last flush (checked on
 each delta, plus a timer so a stalled stream still shows its tail), and at the end of the turn.
 Per-delta work is O(len(delta)): pieces go to a list joined only at flush time.
+
+Deadlines: a turn has an overall deadline (``turn_timeout``) and an idle deadline
+(``idle_timeout``) that only content resets — text, a tool call or a piece of one, usage —
+never a keep-alive (Anthropic ``event: ping``, OpenAI ``: keep-alive`` produce no event). Reaching
+either raises ``BackendFailure(BACKEND_TIMEOUT)``. Whenever a turn ends by an exception its
+:class:`TurnResult` is marked ``incomplete``: the partial text is kept, and stored marked so.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import Backend, Stop, TextDelta, ToolCallDone, UsageEvent
+from ..backends.base import Backend, Stop, TextDelta, ToolCallDone, UsageEvent, failure
+from ..core.errors import Code
 from ..core.types import ToolSpec, Usage
 from .call_ids import CallIds
 from .tools import MAX_ARGUMENT_BYTES
@@ -74,6 +81,8 @@ class TurnResult:
     calls: list[ToolCallDone] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop: str | None = None
+    incomplete: bool = False
+    """True when the turn ended by a failure, a deadline or a cancel: the text is a partial answer."""
 
     @property
     def text(self) -> str:
@@ -89,32 +98,65 @@ class TurnResult:
             # an oversized argument object is refused; re-sending it every turn would only burn tokens
             args = c.input if c.raw_size <= MAX_ARGUMENT_BYTES else {"omitted": "arguments over the size limit"}
             blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": args})
-        return {"role": "assistant", "content": blocks}
+        msg: dict[str, Any] = {"role": "assistant", "content": blocks}
+        if self.incomplete:
+            msg["incomplete"] = True  # stored history only: the request keeps role and content
+        return msg
 
 
 async def drive_turn(backend: Backend, *, model: str, system: str, messages: list[dict[str, Any]],
                      tools: Sequence[ToolSpec], max_tokens: int, coalescer: Coalescer,
-                     result: TurnResult, call_ids: CallIds | None = None) -> TurnResult:
+                     result: TurnResult, call_ids: CallIds | None = None,
+                     turn_timeout: float | None = None, idle_timeout: float | None = None) -> TurnResult:
     """Stream one turn into ``result`` (filled as it goes, so a cancelled turn keeps its partial
     text). Each tool call is recorded under an id ``call_ids`` makes unique in the conversation
-    (backends may reuse ids). Raises ``BackendFailure``; on cancellation the stream is closed."""
+    (backends may reuse ids). Raises ``BackendFailure`` (``BACKEND_TIMEOUT`` at a deadline); on
+    cancellation the stream is closed."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    end = started + turn_timeout if turn_timeout else float("inf")
+    idle = idle_timeout if idle_timeout else float("inf")
+    # one timer for both deadlines, moved forward by content only (a little slack, so that a
+    # fast stream does not reschedule the timer on every delta)
+    slack = min(idle / 10, 1.0)
     stream = backend.stream_turn(model, system, messages, tools, max_tokens)
+    when = min(end, started + idle)
     try:
-        async for event in stream:
-            if type(event) is TextDelta:
-                result.text_parts.append(event.text)
-                coalescer.add(event.text)
-            elif isinstance(event, ToolCallDone):
-                result.calls.append(call_ids.claim(event) if call_ids is not None else event)
-            elif isinstance(event, UsageEvent):
-                result.usage = event.usage
-            elif isinstance(event, Stop):
-                result.stop = event.reason
+        async with asyncio.timeout_at(when if when != float("inf") else None) as timer:
+            async for event in stream:
+                if type(event) is TextDelta:
+                    result.text_parts.append(event.text)
+                    coalescer.add(event.text)
+                elif isinstance(event, ToolCallDone):
+                    result.calls.append(call_ids.claim(event) if call_ids is not None else event)
+                elif isinstance(event, UsageEvent):
+                    result.usage = event.usage
+                elif isinstance(event, Stop):
+                    result.stop = event.reason
+                if idle != float("inf"):
+                    now = loop.time()
+                    if now + idle - when > slack:
+                        when = min(end, now + idle)
+                        timer.reschedule(when)
+    except TimeoutError:
+        result.incomplete = True
+        if not timer.expired():
+            raise
+        if when >= end:
+            raise failure(Code.BACKEND_TIMEOUT, f"the model turn took longer than turn_timeout "
+                                                f"({turn_timeout:g} s)") from None
+        raise failure(Code.BACKEND_TIMEOUT, f"the model server sent no content for {idle:g} s "
+                                            "(turn_idle_timeout; keep-alive pings do not count)") from None
+    except BaseException:
+        result.incomplete = True
+        raise
     finally:
         coalescer.close()
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             await aclose()
     if result.stop is None:
-        result.stop = "end_turn"
+        # every backend ends a complete turn with Stop; a stream without one was cut short
+        result.incomplete = True
+        raise failure(Code.BACKEND_ERROR, "the model server closed the stream before the answer ended")
     return result

@@ -86,6 +86,10 @@ class RuntimeConfig:
     review_model: str | None = None
     """Reviewer model (defaults to the run's model)."""
     review_timeout: float = 30.0
+    turn_timeout: float = 300.0
+    """Seconds one model turn may take in all (``c.RelayApp.turn_timeout``): then BACKEND_TIMEOUT."""
+    turn_idle_timeout: float = 120.0
+    """Seconds a turn may go without content; keep-alive pings do not count (``turn_idle_timeout``)."""
 
 
 @dataclass
@@ -248,8 +252,11 @@ class RunManager:
                 terminal, data, state = EventType.ERROR, {"code": exc.code.value, "message": exc.message}, "error"
         except Refusal as exc:
             terminal, data, state = EventType.ERROR, {"code": exc.code.value, "message": exc.message}, "error"
+            cut = run.current
+            if cut is not None and cut.incomplete and (cut.text_parts or cut.calls):  # a partial answer kept
+                data["incomplete"] = True
         except Exception as exc:  # a bug must still end the run with one terminal event
-            log.error("run %s failed: %s", run.run_id, type(exc).__name__)
+            log.exception("run %s failed: %s", run.run_id, type(exc).__name__)  # traceback: it is a bug
             terminal, data, state = EventType.ERROR, {"code": Code.INTERNAL.value,
                                                       "message": f"internal error ({type(exc).__name__})"}, "error"
         finally:
@@ -287,7 +294,8 @@ class RunManager:
             try:
                 await drive_turn(backend, model=params.model, system=cfg.system_prompt, messages=messages,
                                  tools=specs, max_tokens=max_tokens, coalescer=coalescer, result=turn,
-                                 call_ids=call_ids)
+                                 call_ids=call_ids, turn_timeout=cfg.turn_timeout,
+                                 idle_timeout=cfg.turn_idle_timeout)
             finally:
                 await _maybe(self.gate.settle_completion(reservation, params.model, turn.usage, budget))
                 self._emit(run, EventType.USAGE, turn.usage.model_dump())

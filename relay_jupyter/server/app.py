@@ -20,6 +20,7 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
+from ..core.errors import ConfigRefusal
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook
 
@@ -50,6 +51,12 @@ class RelayApp(ExtensionApp):
                               help="OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio), e.g. "
                                    "http://127.0.0.1:11434/v1")
     openai_api_key = Unicode("", config=True, help="Key for the OpenAI-compatible server, if it needs one.")
+    allow_insecure_endpoints = List(Unicode(), config=True,
+                                    help='Model servers reachable over plain http although not loopback, as '
+                                         '"http://host:port" (the API key then travels in clear text).')
+    turn_timeout = Float(300.0, config=True, help="Seconds one model turn may take in all (then BACKEND_TIMEOUT).")
+    turn_idle_timeout = Float(120.0, config=True,
+                              help="Seconds a model turn may go without content; keep-alive pings do not count.")
     secrets_file = Unicode("", config=True, help="A 0600 file holding keys; refused when others can read it.")
     mcp_config_path = Unicode("", config=True, help="Path of mcp.json (MCP servers to connect).")
     pricing = Dict(config=True, help="Per-model price overrides, USD per million tokens: "
@@ -83,6 +90,9 @@ class RelayApp(ExtensionApp):
             anthropic_base_url=self.anthropic_base_url or None,
             openai_base_url=self.openai_base_url or None,
             openai_api_key=self.openai_api_key or None,
+            allow_insecure_endpoints=tuple(self.allow_insecure_endpoints),
+            turn_timeout=self.turn_timeout,
+            turn_idle_timeout=self.turn_idle_timeout,
             secrets_file=Path(self.secrets_file) if self.secrets_file else None,
             mcp_config_path=Path(self.mcp_config_path) if self.mcp_config_path else None,
             pricing=dict(self.pricing),
@@ -107,9 +117,17 @@ class RelayApp(ExtensionApp):
         return url_path_join(self.serverapp.connection_url, "relay/")
 
     def initialize_settings(self) -> None:
-        """Build the broker and hook kernel starts (credential + scrubbed environment)."""
-        self.broker = Broker.open(self.broker_config())
-        install_components(self.broker, jupyter_root=Path(self.serverapp.root_dir))
+        """Build the broker and hook kernel starts (credential + scrubbed environment).
+
+        A configuration the broker refuses (a model URL outside the endpoint policy, an unsafe secrets
+        file, ...) stops the server with one line naming the setting: failing closed, not a server
+        whose agent silently does not work (or sends a key in clear text)."""
+        try:
+            self.broker = Broker.open(self.broker_config())
+            install_components(self.broker, jupyter_root=Path(self.serverapp.root_dir))
+        except ConfigRefusal as exc:
+            self.log.critical("relay: %s [%s]", exc.message, exc.code.value)
+            raise SystemExit(2) from None
         self.kernel_credentials = KernelCredentials()
         self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials})
         install_kernel_env_hook(

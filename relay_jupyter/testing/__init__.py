@@ -2,6 +2,8 @@
 
 - :class:`FakeAnthropic`: an Anthropic Messages API server on 127.0.0.1 (streaming and not).
 - :class:`FakeOpenAI`: an OpenAI-compatible ``/v1/chat/completions`` server.
+- :class:`FaultModelServer`: a misbehaving model server (both protocols): stalls with pings,
+  trickles, truncates, floods one line, sends malformed or error events, cuts, reports absurd usage.
 - :mod:`relay_jupyter.testing.mcp_server`: a test MCP server (stdio, Streamable HTTP, in-process).
 - pytest fixtures ``fake_anthropic``, ``fake_openai``, ``mcp_http_server``, ``relay_data_dir``
   (installed as a pytest plugin).
@@ -21,6 +23,7 @@ __all__ = [
     "ErrorReply",
     "FakeAnthropic",
     "FakeOpenAI",
+    "FaultModelServer",
     "RecordedRequest",
     "Reply",
     "TextBlock",
@@ -35,6 +38,7 @@ __all__ = [
 _WHERE = {
     "FakeAnthropic": "fake_anthropic",
     "FakeOpenAI": "fake_openai",
+    "FaultModelServer": "fault_model_server",
     "RecordedRequest": "loopback",
     "ErrorReply": "script",
     "Reply": "script",
@@ -50,6 +54,7 @@ _WHERE = {
 if TYPE_CHECKING:
     from .fake_anthropic import FakeAnthropic
     from .fake_openai import FakeOpenAI
+    from .fault_model_server import FaultModelServer
     from .loopback import RecordedRequest
     from .script import (
         ErrorReply,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from relay_jupyter import testing
-from relay_jupyter.testing import fake_anthropic, fake_openai, mcp_server, pytest_plugin, script
+from relay_jupyter.testing import fake_anthropic, fake_openai, fault_model_server, mcp_server, pytest_plugin, script
 
 PUBLIC = {
-    "ErrorReply", "FakeAnthropic", "FakeOpenAI", "RecordedRequest", "Reply", "TextBlock", "ThinkingBlock",
+    "ErrorReply", "FakeAnthropic", "FakeOpenAI", "FaultModelServer", "RecordedRequest", "Reply", "TextBlock", "ThinkingBlock",
     "ToolUseBlock", "Usage", "text", "thinking", "tool_use",
 }
 
@@ -19,7 +19,7 @@ def test_package_exports():
 
 
 def test_module_exports_exist():
-    for module in (fake_anthropic, fake_openai, mcp_server, pytest_plugin, script):
+    for module in (fake_anthropic, fake_openai, fault_model_server, mcp_server, pytest_plugin, script):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
 
