@@ -22,7 +22,7 @@ install-test: $(BIN)/python
 # The side panel: jlpm (shipped with jupyterlab) installs from the npm registry and builds into
 # relay_jupyter/labextension; `labextension develop` links it into the venv for the editable install.
 labext: $(BIN)/python
-	$(BIN)/pip install --quiet 'jupyterlab>=4.2'
+	$(BIN)/pip install --quiet 'jupyterlab>=4.6,<5'
 	cd labextension && PATH=$(abspath $(BIN)):$$PATH jlpm install --silent && PATH=$(abspath $(BIN)):$$PATH jlpm build:prod
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter labextension develop --overwrite .
 
