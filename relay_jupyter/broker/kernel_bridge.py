@@ -7,7 +7,8 @@ becomes an error *result* (a tool failure, reported to the model), never a hang.
 
 Classes: ``list_variables`` and ``describe_dataframe`` only read the kernel's namespace (READ);
 ``propose_cell`` and ``run_code`` change what the user's kernel does (WRITE, always consent:
-code run in the kernel is the user, DESIGN.md §1).
+code run in the kernel is the user, DESIGN.md §1). ``run_code`` is marked ``runs_code``: its card
+offers only "once", and no run-scoped allow or saved trust ever applies to it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..core.types import ToolClass, ToolSpec
 from ..protocol.names import EventType
 from .events import EventBus
 
-__all__ = ["KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS", "KernelBridge"]
+__all__ = ["KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS", "KernelBridge", "end_kernel"]
 
 #: Longest kernel-tool result kept (characters); longer content is cut with a marker.
 MAX_RESULT_CHARS = 200_000
@@ -68,6 +69,7 @@ KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = (
         description="Run Python code in the notebook's kernel and return its output.",
         input_schema=_CODE_SCHEMA,
         tool_class=ToolClass.WRITE,
+        runs_code=True,  # approved one call at a time (broker/permissions.py)
     ),
 )
 
@@ -149,6 +151,33 @@ class KernelBridge:
             content = content[:MAX_RESULT_CHARS] + f"\n[... cut at {MAX_RESULT_CHARS} characters]"
         waiting.future.set_result({"content": content, "is_error": bool(is_error)})
 
+    def abandon(self, client_id: str, reason: str) -> int:
+        """Answer every kernel-tool request sent to ``client_id`` with an error result at once (its
+        kernel is gone: no answer can come). Returns how many."""
+        count = 0
+        for waiting in list(self._waiting.values()):
+            if waiting.client_id == client_id and not waiting.future.done():
+                waiting.future.set_result({"content": f"the kernel {reason} before it answered", "is_error": True})
+                count += 1
+        return count
+
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+
+def end_kernel(broker: Any, client_id: str, reason: str) -> dict[str, Any]:
+    """A kernel restarted, shut down or died (issue 12, "Kernel lifetime"): at once, withdraw its
+    pending permission requests (``permission.resolved`` ``withdrawn``; any later answer gets
+    ``CONFLICT``), cancel the runs it started (each ends ``run.cancelled``, which frees the
+    conversation for the notebook's next ``%%agent``), and fail its open kernel-tool requests.
+    Synchronous, so nothing can approve a withdrawn request in between. Idempotent."""
+    withdrawn = broker.permissions.withdraw(originator=client_id, reason=reason)
+    cancelled: list[str] = []
+    runs = getattr(broker, "runs", None)
+    if runs is not None:
+        for summary in runs.active_runs():
+            if summary.get("originator") == client_id and runs.cancel(summary["run_id"]):
+                cancelled.append(summary["run_id"])
+    abandoned = broker.kernel_bridge.abandon(client_id, reason)
+    return {"withdrawn": withdrawn, "cancelled_runs": cancelled, "kernel_tools": abandoned}

@@ -4,15 +4,26 @@ A permission request is answered by its *originator* only (the client whose requ
 run); an authenticated browser session of the user owning the origin may answer too (the side
 panel). Anyone else gets ``NOT_ORIGINATOR``. "Exactly one answer wins" is structural: the check
 and the resolution happen in one synchronous step on the event loop, and a request that has ended
-(answered, timed out, cancelled) refuses every later answer with ``CONFLICT`` — never a second
-execution.
+(answered, timed out, cancelled, withdrawn) refuses every later answer with ``CONFLICT`` — never a
+second execution.
 
-Scopes of an ALLOW:
+Scopes of an ALLOW (the request's ``scopes`` field lists those offered):
 
 - ``once``: this call only;
 - ``run``: the same tool in the same run is allowed without asking again (kept in memory);
-- ``notebook``: saved trust for (origin, tool) bound to the tool's digest — a changed tool (new
-  description, schema or server command) asks again.
+- ``notebook``: saved trust for (origin, tool) — a changed tool asks again.
+
+Both ``run`` and ``notebook`` are bound to the tool's identity
+(:func:`~relay_jupyter.runtime.tools.tool_identity`: source, name, description, schema and
+annotations). A tool that runs model-written code in the kernel (``ToolSpec.runs_code``:
+``run_code``) is offered ``once`` only: an answer with another scope is refused with
+``WIDENING_REFUSED`` (the request stays pending), and no run allow or saved trust ever applies to
+it. A call to a tool that changed since the run was offered it (its preview carries
+``tool_changed``) always asks, whatever was allowed before.
+
+Every request ends with exactly one ``permission.resolved``: ``allow`` / ``deny`` (an answer or a
+kill), ``timeout`` (after ``permission_timeout``, at the request's deadline), ``cancelled`` (the
+call was cancelled) or ``withdrawn`` (its kernel restarted, shut down or died: :meth:`withdraw`).
 """
 
 from __future__ import annotations
@@ -30,11 +41,15 @@ from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, RoutingRefusal
 from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, ConsentScope
 from ..protocol.names import EventType
+from ..runtime.tools import tool_identity
 from .events import EventBus
 
 __all__ = ["MemoryTrust", "PendingPermission", "PermissionRouter", "TrustBook"]
 
 _ENDED_KEEP = 10_000  # ended request ids remembered so a late answer gets CONFLICT, not NOT_FOUND
+
+ALL_SCOPES = (ConsentScope.ONCE.value, ConsentScope.RUN.value, ConsentScope.NOTEBOOK.value)
+ONCE_ONLY = (ConsentScope.ONCE.value,)
 
 
 class TrustBook(Protocol):
@@ -89,6 +104,8 @@ class PendingPermission:
     ended: bool = False
     outcome: str = ""
     payload: dict[str, Any] = field(default_factory=dict)
+    scopes: tuple[str, ...] = ALL_SCOPES
+    """The scopes an ALLOW may take (``once`` only for a tool that runs model-written code)."""
 
     @property
     def request_id(self) -> str:
@@ -115,19 +132,25 @@ class PermissionRouter:
         self.clock = clock
         self._pending: dict[str, PendingPermission] = {}
         self._ended: OrderedDict[str, str] = OrderedDict()
-        self._run_allows: dict[str, set[str]] = {}
-        """run_id -> tool names allowed for the rest of that run (scope=run)."""
+        self._run_allows: dict[str, set[tuple[str, str]]] = {}
+        """run_id -> (tool name, tool identity) allowed for the rest of that run (scope=run)."""
 
     # -- the ConsentPort ---------------------------------------------------------------------------
 
     async def ask(self, request: ConsentRequest) -> ConsentResult:
         """Decide a write: remembered run scope or saved trust first, else ask the originator."""
         req = request.request
-        if req.run_id is not None and req.tool.name in self._run_allows.get(req.run_id, ()):
-            return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.RUN, answered_by="scope:run")
-        if self.trust.has_trust(req.origin, req.tool.name, req.tool.digest):
-            return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.NOTEBOOK,
-                                 answered_by="trust:notebook")
+        once_only = req.tool.runs_code
+        changed = req.preview.get("tool_changed")
+        if not once_only and changed is None:  # neither a run allow nor saved trust reaches these
+            identity = tool_identity(req.tool)
+            if req.run_id is not None and (req.tool.name, identity) in self._run_allows.get(req.run_id, ()):
+                return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.RUN,
+                                     answered_by="scope:run")
+            if self.trust.has_trust(req.origin, req.tool.name, identity):
+                return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.NOTEBOOK,
+                                     answered_by="trust:notebook")
+        scopes = ONCE_ONLY if once_only else ALL_SCOPES
         now = self.clock()
         deadline = min(request.deadline, now + self.timeout)
         request_id = request.request_id or f"pr_{secrets.token_hex(8)}"
@@ -146,13 +169,17 @@ class PermissionRouter:
             "description": req.tool.description,
             "arguments": req.arguments,
             "reasons": list(req.reasons),
-            "preview": req.preview,
+            "preview": {k: v for k, v in req.preview.items() if k != "tool_changed"},
             "deadline": deadline,
+            "scopes": list(scopes),
         }
+        if changed is not None:
+            payload["tool_changed"] = changed
         event = self.events.append(EventType.PERMISSION_REQUEST, payload, origin=req.origin, run_id=req.run_id)
         future: asyncio.Future[ConsentResult] = asyncio.get_running_loop().create_future()
         pending = PendingPermission(request=request, originator=req.originator, origin=req.origin,
-                                    event_id=event.id, future=future, created_at=now, payload=payload)
+                                    event_id=event.id, future=future, created_at=now, payload=payload,
+                                    scopes=scopes)
         self._pending[request_id] = pending
         try:
             async with asyncio.timeout(max(0.0, deadline - self.clock())):
@@ -161,9 +188,14 @@ class PermissionRouter:
             if future.done():  # answered in the same tick the timer fired: the answer stands
                 return future.result()
             self._end(pending, "timeout")
+            answered_at = self.clock()
             self.events.append(EventType.PERMISSION_TIMEOUT, {"request_id": request_id}, origin=req.origin,
                                run_id=req.run_id)
-            return ConsentResult(decision=ConsentDecision.TIMEOUT, answered_by="timeout",
+            self.events.append(EventType.PERMISSION_RESOLVED,
+                               {"request_id": request_id, "decision": "timeout", "scope": "once",
+                                "answered_by": "timeout", "answered_at": answered_at},
+                               origin=req.origin, run_id=req.run_id)
+            return ConsentResult(decision=ConsentDecision.TIMEOUT, answered_by="timeout", answered_at=answered_at,
                                  reason=f"no answer within {deadline - now:.0f} s")
         except asyncio.CancelledError:
             if not pending.ended:
@@ -181,7 +213,8 @@ class PermissionRouter:
         """Resolve a pending request for ``caller``.
 
         Raises:
-            RoutingRefusal: NOT_FOUND (unknown id), CONFLICT (already ended), NOT_ORIGINATOR.
+            RoutingRefusal: NOT_FOUND (unknown id), CONFLICT (already ended), NOT_ORIGINATOR,
+                WIDENING_REFUSED (an ALLOW with a scope the request does not offer; it stays pending).
         """
         if decision not in (ConsentDecision.ALLOW, ConsentDecision.DENY):
             raise RoutingRefusal(Code.CONFLICT, "an answer is allow or deny")
@@ -196,6 +229,11 @@ class PermissionRouter:
                                  "only the notebook that started this run can answer its permission request")
         if pending.ended or pending.future.done():
             raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} has already ended")
+        if decision is ConsentDecision.ALLOW and scope.value not in pending.scopes:
+            raise RoutingRefusal(Code.WIDENING_REFUSED,
+                                 f"{pending.request.request.tool.name} runs code the model wrote in the kernel: it is "
+                                 "approved one call at a time (scope once); the request is still open",
+                                 data={"request_id": request_id, "scopes": list(pending.scopes)})
         result = ConsentResult(decision=decision, scope=scope if decision is ConsentDecision.ALLOW else
                                ConsentScope.ONCE, answered_by=caller.client_id, answered_at=self.clock())
         # Resolution is synchronous from here on: a second answer, arriving in any later tick, sees ended.
@@ -217,10 +255,12 @@ class PermissionRouter:
 
     def _remember(self, pending: PendingPermission, scope: ConsentScope) -> None:
         req = pending.request.request
+        if scope.value not in pending.scopes:  # answer() refuses these; never remember one
+            return
         if scope is ConsentScope.RUN and req.run_id is not None:
-            self._run_allows.setdefault(req.run_id, set()).add(req.tool.name)
+            self._run_allows.setdefault(req.run_id, set()).add((req.tool.name, tool_identity(req.tool)))
         elif scope is ConsentScope.NOTEBOOK:
-            self.trust.add_trust(req.origin, req.tool.name, req.tool.digest)
+            self.trust.add_trust(req.origin, req.tool.name, tool_identity(req.tool))
 
     def _end(self, pending: PendingPermission, outcome: str) -> None:
         pending.ended = True
@@ -253,6 +293,28 @@ class PermissionRouter:
                                origin=pending.origin, run_id=pending.request.request.run_id)
             count += 1
         return count
+
+    def withdraw(self, *, originator: str, reason: str) -> list[str]:
+        """Withdraw every pending request of client ``originator`` at once (its kernel restarted,
+        shut down or died): each is denied, gets one ``permission.resolved`` with decision
+        ``withdrawn``, and every later answer — from any caller, the browser panel included — gets
+        ``CONFLICT`` and changes nothing. Returns the withdrawn request ids."""
+        withdrawn: list[str] = []
+        for pending in list(self._pending.values()):
+            if pending.originator != originator:
+                continue
+            answered_at = self.clock()
+            self._end(pending, "withdrawn")
+            if not pending.future.done():
+                pending.future.set_result(ConsentResult(decision=ConsentDecision.DENY, answered_by=f"withdrawn:{reason}",
+                                                        answered_at=answered_at,
+                                                        reason=f"withdrawn: the kernel {reason}"))
+            self.events.append(EventType.PERMISSION_RESOLVED,
+                               {"request_id": pending.request_id, "decision": "withdrawn", "scope": "once",
+                                "answered_by": None, "answered_at": answered_at, "reason": reason},
+                               origin=pending.origin, run_id=pending.request.request.run_id)
+            withdrawn.append(pending.request_id)
+        return withdrawn
 
     def forget_run(self, run_id: str) -> None:
         """Drop the run-scoped allows of a finished run."""

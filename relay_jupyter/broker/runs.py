@@ -96,6 +96,17 @@ class BrokerTools:
         self._owner.update(owner)
         return specs
 
+    async def current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """The tool as its source describes it now (the MCP registry re-lists its server): the
+        executor compares it with the spec the run was offered before every call."""
+        provider = self._owner.get(name)
+        if provider is None:
+            return None
+        current = getattr(provider, "current", None)
+        if current is not None:
+            return await current(ctx, name)
+        return next((s for s in provider.specs(ctx) if s.name == name), None)
+
     async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
         """Delegate to the tool's source."""
         return await self._owner[name].preflight(ctx, name, args)

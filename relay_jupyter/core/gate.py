@@ -61,6 +61,12 @@ _BY_CLASS = {cls: f"class:{cls.value}" for cls in ToolClass}
 _set = object.__setattr__
 
 
+def consent_backstop(timeout: float) -> float:
+    """Seconds the gate waits past a consent deadline before it gives up on the port itself:
+    long enough for the port's own timer (started a moment later) to fire first."""
+    return min(5.0, max(0.5, timeout * 0.1))
+
+
 def _audit_record(fields: dict[str, Any]) -> AuditRecord:
     """An AuditRecord from values the gate built itself (all already of the right types).
 
@@ -186,7 +192,10 @@ class Gate:
         creq = ConsentRequest(request_id=uuid.uuid4().hex, request=req,
                               deadline=self._clock() + self.consent_timeout)
         try:
-            async with asyncio.timeout(self.consent_timeout):
+            # The port's own deadline decides (the PermissionRouter emits permission_timeout and one
+            # permission.resolved "timeout"); this timer is only a backstop for a port that ignores
+            # its deadline, so it fires a margin later and never cancels a port that keeps it.
+            async with asyncio.timeout(self.consent_timeout + consent_backstop(self.consent_timeout)):
                 result = await consent.ask(creq)
         except TimeoutError:
             raise self._refuse(req, cls, GateRefusal(

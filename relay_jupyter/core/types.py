@@ -109,6 +109,9 @@ class ToolSpec(_Frozen):
     """May run concurrently with other parallel-safe calls of the same turn."""
     hints: dict[str, Any] = Field(default_factory=dict)
     """Outside hints (MCP annotations). Shown to the user only; never widen the class."""
+    runs_code: bool = False
+    """Runs code the model wrote in the user's kernel (``run_code``): approved one call at a time —
+    no run-scoped allow, no saved trust (docs/security.md: kernel code can act as the user)."""
 
     @property
     def digest(self) -> str:

@@ -203,7 +203,15 @@ class McpConnection:
                 self._client = client
                 if not ready.done():
                     ready.set_result(None)
-                await closing.wait()
+                # 2026-07-28 delivers tools/list_changed only to a subscriptions/listen stream
+                listener = (asyncio.create_task(self._listen(client), name=f"mcp-listen:{self.name}")
+                            if version != "2025-11-25" else None)
+                try:
+                    await closing.wait()
+                finally:
+                    if listener is not None:
+                        listener.cancel()
+                        await asyncio.gather(listener, return_exceptions=True)
         except BaseException as exc:  # the opener gets it; a late failure only ends the connection
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
@@ -213,6 +221,19 @@ class McpConnection:
                 logger.debug("MCP connection %r ended: %s", self.name, type(exc).__name__)
         finally:
             self._client = None
+
+    async def _listen(self, client: Client) -> None:
+        """Mark the tool list stale on every ``tools/list_changed`` event of a 2026-07-28 server.
+        Best effort: the registry re-lists before every call anyway (``McpRegistry.current``), so
+        a server without ``subscriptions/listen`` loses nothing but an early refresh."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self.tools_changed = True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            logger.debug("MCP server %r: no tools/list_changed subscription (%s)", self.name, type(exc).__name__)
 
     async def _on_message(self, message: Any) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":

@@ -114,20 +114,30 @@ class McpRegistry:
         self._started = False
         await asyncio.gather(*(server.connection.close() for server in self._servers.values()))
 
-    async def _connect(self, server: _Server) -> bool:
-        """(Re)connect ``server`` and refresh its tools; record the error on failure."""
+    async def _connect(self, server: _Server, *, relist: bool = False) -> bool:
+        """(Re)connect ``server`` and refresh its tools; record the error on failure.
+
+        ``relist`` re-lists a live connection too (the per-call check of :meth:`current`). A server
+        that went away under a live connection (it exited, or was restarted) is started again once
+        and re-listed: a restart is never a way to keep an old tool list.
+        """
         async with server.lock:
-            if server.connection.connected and not server.connection.tools_changed:
+            if server.connection.connected and not server.connection.tools_changed and not relist:
                 return True
-            try:
-                await server.connection.open()
-                listed = await server.connection.list_tools()
-            except McpToolError as exc:
-                server.error = exc.message
-                server.tools = {}
-                await server.connection.close(force=True)
-                logger.warning("MCP server %r unavailable: %s", server.config.name, exc.message)
-                return False
+            for attempt in (1, 2):
+                was_connected = server.connection.connected
+                try:
+                    await server.connection.open()
+                    listed = await server.connection.list_tools()
+                    break
+                except McpToolError as exc:
+                    await server.connection.close(force=True)
+                    if attempt == 1 and was_connected and exc.reason in ("exited", "closed"):
+                        continue
+                    server.error = exc.message
+                    server.tools = {}
+                    logger.warning("MCP server %r unavailable: %s", server.config.name, exc.message)
+                    return False
             found, problems = convert_tools(server.config.name, server.config.source, listed)
             server.tools = {tool.spec.name: tool for tool in found}
             server.problems = problems
@@ -159,6 +169,25 @@ class McpRegistry:
         """The classified spec of ``name``, or None if no connected server offers it."""
         found = self._lookup(name)
         return self._classified(found[1].spec) if found is not None else None
+
+    async def current(self, name: str) -> ToolSpec | None:
+        """The classified spec of ``name`` as its server lists it *now*: the server is re-listed
+        (``tools/list``; started again if it went away), so a tool changed with or without
+        ``notifications/tools/list_changed``, or by a restart, is seen before a call. The executor
+        asks this before every MCP call (docs/mcp.md, "Tool identity per call"). None when the
+        server no longer offers the tool.
+
+        Raises:
+            McpToolError: the server cannot be reached or does not list its tools (``TOOL_ERROR``).
+        """
+        parts = split_name(name)
+        if parts is None or parts[0] not in self._servers:
+            return None
+        server = self._servers[parts[0]]
+        if not await self._connect(server, relist=True):
+            raise McpToolError(server.config.name, "connect", server.error or "MCP server unavailable")
+        tool = server.tools.get(name)
+        return self._classified(tool.spec) if tool is not None else None
 
     def _lookup(self, name: str) -> tuple[_Server, DiscoveredTool] | None:
         parts = split_name(name)

@@ -2,6 +2,11 @@
 
 1. argument size cap (256 KiB of JSON, object root)
 2. JSON Schema validation against the tool's schema (``jsonschema``; a broken schema refuses)
+0. the tool as its source describes it *now* (an MCP server is re-listed): if it differs from the
+   spec the run was offered (:func:`~relay_jupyter.runtime.tools.tool_identity`: description,
+   schema, source, annotations), the call is a ``write`` whose card says the tool changed (old,
+   new, diff), no pin, run allow or saved trust applies, and the run offers the new spec from its
+   next step on
 3. preflight (the provider's local checks; card reasons and preview)
 4. gate (grant, allowlist, budget, class) — and 5. consent, inside the gate, for writes
 6. execute, with a journal intent record before and an outcome record after
@@ -15,6 +20,7 @@ unanswered. Only cancellation propagates, after the journal has recorded it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from collections.abc import Callable
@@ -25,7 +31,15 @@ from ..core.errors import Code, GateRefusal, Refusal
 from ..core.redact import redact
 from ..core.types import ToolClass, ToolRequest, ToolSpec, stricter
 from ..protocol.names import EventType
-from .tools import MAX_ARGUMENT_BYTES, ToolContext, ToolIndex, ToolResult, as_result
+from .tools import (
+    MAX_ARGUMENT_BYTES,
+    ToolContext,
+    ToolIndex,
+    ToolResult,
+    as_result,
+    tool_change,
+    tool_identity,
+)
 
 __all__ = ["MAX_ARGUMENT_BYTES", "MAX_RESULT_CHARS", "Executor", "Emit", "refused"]
 
@@ -45,6 +59,20 @@ def _jsonschema() -> Any:
     import jsonschema.validators
 
     return jsonschema
+
+#: The card line of a call to a tool that changed since the run was offered it.
+CHANGED_REASON = ("this tool changed since the run was offered it (description, schema or annotations): "
+                  "it is asked about as a write, and its pin, run allow and saved trust no longer apply")
+
+
+async def _current_spec(ctx: ToolContext, provider: Any, name: str) -> ToolSpec | None:
+    """The tool ``name`` as ``provider`` describes it now (``current()`` when it has one)."""
+    current = getattr(provider, "current", None)
+    if current is not None:
+        value = current(ctx, name)
+        return await value if inspect.isawaitable(value) else value
+    return next((s for s in provider.specs(ctx) if s.name == name), None)
+
 
 def refused(code: Code | str, message: str) -> ToolResult:
     """The result the model sees for a call that was not run."""
@@ -98,7 +126,7 @@ class Executor:
                                 f"arguments are {call.raw_size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
         if call.raw is not None:
             return self._refuse(ctx, call.id, Code.INVALID_ARGUMENTS, "arguments must be a JSON object")
-        return await self._checked(ctx, found, call.id, call.input)
+        return await self._checked(ctx, found, call.id, call.input, index)
 
     async def execute_client_call(self, ctx: ToolContext, index: ToolIndex, tool: str,
                                   arguments: Any, call_id: str) -> ToolResult:
@@ -114,11 +142,35 @@ class Executor:
         if size > MAX_ARGUMENT_BYTES:
             return self._refuse(ctx, call_id, Code.ARGUMENTS_TOO_LARGE,
                                 f"arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
-        return await self._checked(ctx, found, call_id, arguments)
+        return await self._checked(ctx, found, call_id, arguments, index)
 
     async def _checked(self, ctx: ToolContext, found: tuple[Any, ToolSpec], call_id: str,
-                       args: dict[str, Any]) -> ToolResult:
-        provider, spec = found
+                       args: dict[str, Any], index: ToolIndex | None = None) -> ToolResult:
+        provider, offered = found
+        try:
+            now = await _current_spec(ctx, provider, offered.name)
+        except Refusal as exc:  # e.g. the MCP server cannot be reached to re-list it
+            return self._refuse(ctx, call_id, exc.code, exc.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a source that cannot say what the tool is now refuses the call
+            return self._refuse(ctx, call_id, Code.TOOL_ERROR,
+                                f"could not re-read the tool {offered.name!r} ({type(exc).__name__})")
+        if now is None:
+            if index is not None:
+                index.drop(offered.name)
+            return self._refuse(ctx, call_id, Code.UNKNOWN_TOOL,
+                                f"the tool {offered.name[:100]!r} is no longer offered by its source")
+        changed: dict[str, Any] | None = None
+        if tool_identity(now) != tool_identity(offered):
+            # bound to what was classified and offered: a changed tool is a write for this call
+            changed = tool_change(offered, now)
+            if index is not None:
+                index.replace(offered.name, now)
+            spec = now.model_copy(update={"tool_class": ToolClass.WRITE, "parallel_safe": False})
+        else:
+            cls = stricter(offered.tool_class, now.tool_class)  # unpinned meanwhile: stricter now
+            spec = offered if cls is offered.tool_class else offered.model_copy(update={"tool_class": cls})
         try:
             validator = self._validators.get(spec)
         except _jsonschema().exceptions.SchemaError:
@@ -130,7 +182,8 @@ class Executor:
             return self._refuse(ctx, call_id, Code.INVALID_ARGUMENTS,
                                 f"arguments do not match the schema at {where}: {error.message[:300]}")
         self.emit(EventType.TOOL_VALIDATED, {"call_id": call_id, "tool": spec.name,
-                                             "tool_class": spec.tool_class.value}, ctx)
+                                             "tool_class": spec.tool_class.value,
+                                             **({"tool_changed": True} if changed is not None else {})}, ctx)
         try:
             pre = await provider.preflight(ctx, spec.name, args)
         except Refusal as exc:
@@ -144,9 +197,13 @@ class Executor:
             cls = stricter(spec.tool_class, ToolClass(pre.tool_class))
             if cls is not spec.tool_class:
                 spec = spec.model_copy(update={"tool_class": cls})
+        reasons, preview = pre.reasons, pre.preview
+        if changed is not None:
+            reasons = (CHANGED_REASON, *reasons)
+            preview = {**preview, "tool_changed": changed}
         request = ToolRequest(origin=ctx.origin, tool=spec, arguments=args, call_id=call_id,
                               run_id=ctx.run_id, conversation=ctx.conversation, originator=ctx.originator,
-                              mode=ctx.mode, reasons=pre.reasons, preview=pre.preview)
+                              mode=ctx.mode, reasons=reasons, preview=preview)
         decision: dict[str, Any] = {}
 
         async def execute(*_: Any, **__: Any) -> ToolResult:

@@ -9,13 +9,15 @@ executor and the gate do. Tool *failures* are results (``is_error=True``), not e
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..core.types import PermissionMode, ToolClass, ToolSpec
+from ..core.types import PermissionMode, ToolClass, ToolSpec, canonical_json
 
 __all__ = [
     "DAEMON_KERNEL_CLIENT",
@@ -31,11 +33,43 @@ __all__ = [
     "WorkspaceToolsProvider",
     "as_result",
     "is_daemon_kernel_client",
+    "tool_change",
+    "tool_identity",
 ]
 
 
 #: Largest accepted argument object of a tool call, as JSON bytes (object root).
 MAX_ARGUMENT_BYTES = 256 * 1024
+
+#: Longest unified diff of a changed tool put on its consent card (characters).
+MAX_TOOL_DIFF_CHARS = 16_000
+
+
+def tool_identity(spec: ToolSpec) -> str:
+    """SHA-256 over everything a tool was classified and approved as: :attr:`ToolSpec.digest`
+    (source, name, description, schema) *and* its hints (MCP annotations: a read that turns
+    destructive is a different tool) and its ``runs_code`` mark. Run-scoped allows and saved
+    trust are bound to it; the executor compares it at every call (docs/mcp.md, "Tool identity")."""
+    body = canonical_json([spec.digest, spec.hints, spec.runs_code])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _shown(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "server": spec.server, "source": spec.source, "description": spec.description,
+            "input_schema": spec.input_schema, "annotations": spec.hints, "tool_class": spec.tool_class.value}
+
+
+def tool_change(old: ToolSpec, new: ToolSpec) -> dict[str, Any]:
+    """The card's ``tool_changed`` field: both specs as the user can read them, and a unified diff of
+    the two as pretty JSON (``difflib``; cut at :data:`MAX_TOOL_DIFF_CHARS`)."""
+    a, b = _shown(old), _shown(new)
+    diff = "".join(difflib.unified_diff(
+        json.dumps(a, indent=2, sort_keys=True, ensure_ascii=False).splitlines(keepends=True),
+        json.dumps(b, indent=2, sort_keys=True, ensure_ascii=False).splitlines(keepends=True),
+        fromfile="offered", tofile="now", n=2))
+    if len(diff) > MAX_TOOL_DIFF_CHARS:
+        diff = diff[:MAX_TOOL_DIFF_CHARS] + f"\n[… diff cut at {MAX_TOOL_DIFF_CHARS} characters]\n"
+    return {"old": a, "new": b, "diff": diff}
 
 
 @dataclass(frozen=True)
@@ -113,6 +147,10 @@ class ToolProvider(Protocol):
     async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                    approved_preview: dict[str, Any]) -> ToolResult:
         """Run the call. ``approved_preview`` is the preview the consent was given for."""
+
+    # Optional: ``async def current(ctx, name) -> ToolSpec | None`` — the tool as its source
+    # describes it *now* (the MCP provider re-lists the server). Without it the executor re-reads
+    # ``specs(ctx)``. None means the source no longer offers the tool.
 
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
@@ -230,6 +268,15 @@ class McpToolsProvider:
         """Discovered MCP tools, namespaced ``server__tool``, classified by the registry."""
         return list(self._registry.specs())
 
+    async def current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """The tool as its server lists it now: the registry re-lists the server (reconnecting a
+        server that went away), so a tool changed with or without ``tools/list_changed``, or by a
+        restart, is seen before the call (registries without ``current`` give their cached view)."""
+        current = getattr(self._registry, "current", None)
+        if current is None:
+            return self._registry.spec(name)
+        return await current(name)
+
     async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
         """Record the digest of the tool as it is now: the consent is for exactly this tool, and
         :meth:`call` refuses (DIGEST_MISMATCH) if the server changed it while the card was open."""
@@ -262,6 +309,17 @@ class ToolIndex:
     def get(self, name: str) -> tuple[ToolProvider, ToolSpec] | None:
         """Provider and spec of ``name``, or None."""
         return self._by_name.get(name)
+
+    def replace(self, name: str, spec: ToolSpec) -> None:
+        """Offer ``spec`` for ``name`` from the next step on (its source changed it mid-run). Only a
+        name the run already has, from the same provider: a change never adds a tool to a run."""
+        found = self._by_name.get(name)
+        if found is not None and spec.name == name:
+            self._by_name[name] = (found[0], spec)
+
+    def drop(self, name: str) -> None:
+        """Stop offering ``name`` (its source no longer lists it)."""
+        self._by_name.pop(name, None)
 
     def specs(self) -> list[ToolSpec]:
         """Every tool of the run, in provider order."""

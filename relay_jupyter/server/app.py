@@ -20,9 +20,10 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
+from ..broker.kernel_bridge import end_kernel
 from ..core.errors import ConfigRefusal
 from .handlers import relay_handlers
-from .kernel_auth import KernelCredentials, install_kernel_env_hook
+from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
 __all__ = ["RelayApp"]
 
@@ -136,9 +137,17 @@ class RelayApp(ExtensionApp):
             secret_names=lambda: self.broker.config.secret_env_vars,
             secret_values=self._secret_values,
         )
+        # a kernel that restarts, shuts down or dies: its runs end and its consent cards are withdrawn
+        install_kernel_lifecycle_hook(self.serverapp.kernel_manager, self._kernel_ended)
         self._pruner = PeriodicCallback(self.broker.prune_events, _PRUNE_EVERY_MS)
         self._pruner.start()
         self.log.info("relay-jupyter broker ready at %srelay/", self.serverapp.base_url)
+
+    def _kernel_ended(self, kernel_id: str, reason: str) -> None:
+        ended = end_kernel(self.broker, f"kernel:{kernel_id}", reason)
+        if ended["withdrawn"] or ended["cancelled_runs"]:
+            self.log.info("relay: kernel %s %s: %d run(s) cancelled, %d permission request(s) withdrawn",
+                          kernel_id, reason, len(ended["cancelled_runs"]), len(ended["withdrawn"]))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Connect MCP servers in the background: a slow server must not delay Jupyter's start."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import threading
@@ -30,8 +31,11 @@ __all__ = [
     "KernelCredentials",
     "KernelIdentity",
     "install_kernel_env_hook",
+    "install_kernel_lifecycle_hook",
     "scrub_env",
 ]
+
+logger = logging.getLogger(__name__)
 
 ENV_URL = "RELAY_URL"
 ENV_CREDENTIAL = "RELAY_KERNEL_CREDENTIAL"
@@ -145,3 +149,60 @@ def install_kernel_env_hook(kernel_manager: Any, credentials: KernelCredentials,
 
     start_kernel._relay_wrapped = True  # type: ignore[attr-defined]
     kernel_manager.start_kernel = start_kernel
+
+
+def install_kernel_lifecycle_hook(kernel_manager: Any, on_end: Callable[[str, str], None]) -> None:
+    """Call ``on_end(kernel_id, reason)`` the moment a kernel's life as the originator of its runs ends.
+
+    ``reason`` is ``"restarted"`` or ``"shut down"`` (the kernel manager's ``restart_kernel`` /
+    ``shutdown_kernel``, which the REST API, the session manager and the idle culler all use), or
+    ``"died"`` (jupyter_client's restarter found the process gone: its ``restart`` callback before
+    the automatic restart, ``dead`` when it gives up). Called *before* the kernel goes, on the
+    server's event loop; a failing ``on_end`` is logged, never blocks the kernel action.
+
+    jupyter_server also emits ``kernel_actions`` events through its event logger, but only after
+    an action succeeded and only for API actions: not for a kernel that died. Hence wrappers plus
+    the restarter's callbacks.
+    """
+    if getattr(kernel_manager, "_relay_lifecycle", False):
+        return
+    kernel_manager._relay_lifecycle = True
+
+    def fire(kernel_id: str, reason: str) -> None:
+        try:
+            on_end(kernel_id, reason)
+        except Exception:  # noqa: BLE001 - the kernel action must go on whatever relay thinks of it
+            logger.exception("relay: handling the end of kernel %s failed", kernel_id)
+
+    original_start = kernel_manager.start_kernel
+    original_shutdown = kernel_manager.shutdown_kernel
+    original_restart = kernel_manager.restart_kernel
+
+    def watch(kernel_id: str) -> None:
+        add = getattr(kernel_manager, "add_restart_callback", None)
+        if add is None:
+            return
+        try:
+            add(kernel_id, lambda: fire(kernel_id, "died"), "restart")
+            add(kernel_id, lambda: fire(kernel_id, "died"), "dead")
+        except Exception:  # noqa: BLE001 - a kernel without a restarter still has shutdown/restart hooks
+            logger.debug("relay: no restart callbacks for kernel %s", kernel_id)
+
+    async def start_kernel(*args: Any, **kwargs: Any) -> str:
+        known = kwargs.get("kernel_id") is not None and kwargs["kernel_id"] in kernel_manager
+        kernel_id = await original_start(*args, **kwargs)
+        if not known:
+            watch(kernel_id)
+        return kernel_id
+
+    async def shutdown_kernel(kernel_id: str, *args: Any, **kwargs: Any) -> Any:
+        fire(kernel_id, "shut down")
+        return await original_shutdown(kernel_id, *args, **kwargs)
+
+    async def restart_kernel(kernel_id: str, *args: Any, **kwargs: Any) -> Any:
+        fire(kernel_id, "restarted")
+        return await original_restart(kernel_id, *args, **kwargs)
+
+    kernel_manager.start_kernel = start_kernel
+    kernel_manager.shutdown_kernel = shutdown_kernel
+    kernel_manager.restart_kernel = restart_kernel
