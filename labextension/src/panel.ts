@@ -15,6 +15,17 @@ interface IPending {
   deadline?: number;
 }
 
+// C0/C1 controls and the bidi overrides/isolates of "Trojan Source" (plus zero-width and direction
+// marks), shown as <U+XXXX> so a tool name or argument cannot reorder or hide what a person approves;
+// the kernel's cards do the same (relay_jupyter/kernel/rendering.py, visible()). ZWJ/ZWNJ are kept.
+const INVISIBLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+
+export function visible(text: string): string {
+  return text
+    .replace(/\r\n?/g, '\n')
+    .replace(INVISIBLE, ch => `<U+${ch.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`);
+}
+
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
   attrs: { [key: string]: string } = {},
@@ -26,9 +37,21 @@ function el<K extends keyof HTMLElementTagNameMap>(
   }
   for (const child of children) {
     // text nodes only: nothing the broker or a model sends is ever parsed as HTML
-    node.append(typeof child === 'string' ? document.createTextNode(child) : child);
+    node.append(typeof child === 'string' ? document.createTextNode(visible(child)) : child);
   }
   return node;
+}
+
+function codeOf(args: any): string | null {
+  return args && typeof args === 'object' && typeof args.code === 'string' ? args.code : null;
+}
+
+function argumentsBesideCode(args: any): any {
+  if (codeOf(args) === null) {
+    return args;
+  }
+  const { code: _code, ...rest } = args;
+  return rest;
 }
 
 export class RelayPanel extends Widget {
@@ -120,8 +143,14 @@ export class RelayPanel extends Widget {
         { class: 'jp-relay-card', 'data-request-id': request.request_id },
         el('div', { class: 'jp-relay-card-title' }, `${request.tool} (${request.tool_class})`),
         el('div', {}, request.origin ?? ''),
-        el('pre', { class: 'jp-relay-args' }, JSON.stringify(request.arguments, null, 2))
+        el('pre', { class: 'jp-relay-args' }, JSON.stringify(argumentsBesideCode(request.arguments), null, 2))
       );
+      const code = codeOf(request.arguments);
+      if (code !== null) {
+        // the exact code the call would run (run_code), as text, not as escaped JSON
+        card.append(el('div', {}, `code it would run (${code.length} characters):`));
+        card.append(el('pre', { class: 'jp-relay-code' }, code));
+      }
       for (const reason of request.reasons ?? []) {
         card.append(el('div', { class: 'jp-relay-reason' }, reason));
       }

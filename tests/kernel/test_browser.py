@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
 
+from .hostile_corpus import CORPUS, TOOL_NAMES
 from .real_server import TOKEN, RealServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -69,9 +71,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, 
                 browser.close()
 
 
-def _run_notebook(srv: RealServer, browser: Any, name: str) -> Any:
+def _run_notebook(srv: RealServer, browser: Any, name: str, watch: Callable[[Any], None] | None = None) -> Any:
     # a fresh context and workspace per notebook: no tab of an earlier test is restored
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    if watch is not None:
+        watch(page)  # listeners on before the first request
     stem = name.removesuffix(".ipynb")
     page.goto(f"{srv.url}lab/workspaces/{stem}/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
@@ -162,4 +166,90 @@ def test_hostile_answer_renders_inert(lab: tuple[RealServer, FakeAnthropic, Any]
         assert not (link.get_attribute("href") or "").lower().startswith("javascript")
     output.get_by_text("click me").first.click()
     assert page.evaluate("window.__pwned") is None
+    page.context.close()
+
+
+HOSTILE_CODE = ("import os\nos.remove('notes.txt')  # <img src=x onerror=window.__pwned=1>\n"
+                "print('\u202e') # [x](javascript:window.__pwned=1)")
+
+# every element attribute that can hold a URL, read raw (getAttribute) and as the browser resolved it
+_URLS_JS = """() => {
+  const out = [];
+  for (const el of document.querySelectorAll('*')) {
+    for (const attr of ['href', 'src', 'action', 'formaction', 'data', 'xlink:href', 'srcdoc', 'background']) {
+      const raw = el.getAttribute(attr);
+      if (raw !== null) out.push([el.tagName.toLowerCase(), attr, raw, String(el[attr] || '')]);
+    }
+  }
+  return out;
+}"""
+_HANDLERS_JS = """() => {
+  const out = [];
+  for (const el of document.querySelectorAll('.jp-OutputArea-output *')) {
+    for (const attr of el.getAttributeNames()) {
+      if (attr.toLowerCase().startsWith('on')) out.push(el.tagName + ' ' + attr);
+    }
+  }
+  return out;
+}"""
+
+
+def test_hostile_corpus_is_inert_in_jupyterlab(lab: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    # the whole hostile corpus as one answer, tools with hostile names and a run_code card with hostile
+    # code, in a real JupyterLab: nothing runs, no script/data link exists, nothing leaves 127.0.0.1
+    srv, fake, browser = lab
+    _notebook(srv.root / "corpus.ipynb", f"%%agent --model {MODEL}\nbe very hostile")
+    answer = "\n\n".join(CORPUS)
+    fake.enqueue(Reply(text(answer), *[tool_use(name, {name: name}) for name in TOOL_NAMES[:3]]))
+    fake.enqueue(Reply(tool_use("run_code", {"code": HOSTILE_CODE})))
+    fake.enqueue(Reply(text("CORPUS-END-MARK")))
+    requests: list[str] = []
+    dialogs: list[str] = []
+
+    def watch(page: Any) -> None:
+        page.on("request", lambda request: requests.append(request.url))
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    page = _run_notebook(srv, browser, "corpus.ipynb", watch)
+    _click_if_connect(page)
+    done = page.locator(".jp-OutputArea-output").filter(has_text="CORPUS-END-MARK")
+    code_seen = False
+    for _ in range(240):  # deny every card that appears (the run_code one shows the code)
+        if done.count():
+            break
+        deny = page.locator("button:not([disabled])", has_text="Deny")
+        if deny.count():
+            code_seen = code_seen or page.get_by_text("os.remove('notes.txt')", exact=False).count() > 0
+            page.screenshot(path=str(ARTIFACTS / "kernel-corpus-card.png"), full_page=True)
+            deny.first.click()
+        page.wait_for_timeout(250)
+    done.first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)  # MathJax typesets after the output is attached
+    page.screenshot(path=str(ARTIFACTS / "kernel-corpus.png"), full_page=True)
+    assert code_seen, "the run_code card did not show the code"
+    assert page.evaluate("window.__pwned") is None
+    # every payload is still on the page as text (nothing was silently swallowed into markup)
+    shown = page.locator(".jp-Notebook").inner_text()
+    for marker in ("<script>window.__pwned=1</script>", "onerror", "[click](javascript:window.__pwned=1)"):
+        assert marker in shown, marker
+    for tag, attr, raw, resolved in page.evaluate(_URLS_JS):
+        for value in (raw, resolved):
+            scheme = value.strip().lower().split(":", 1)[0] if ":" in value else ""
+            assert scheme not in ("javascript", "data", "vbscript", "file"), (tag, attr, raw)
+        assert attr != "srcdoc", (tag, raw)
+    assert page.evaluate(_HANDLERS_JS) == []
+    assert page.locator(".jp-OutputArea-output img, .jp-OutputArea-output iframe, .jp-OutputArea-output "
+                        "script, .jp-OutputArea-output style, .jp-OutputArea-output form").count() == 0
+    # click every link the output rendered whose target is not http(s): none may run anything
+    for link in page.locator(".jp-OutputArea-output a").all():
+        href = (link.get_attribute("href") or "").lower()
+        if not href.startswith(("http://", "https://", "mailto:")):
+            link.click(force=True)
+    page.wait_for_timeout(500)
+    assert page.evaluate("window.__pwned") is None
+    assert dialogs == []
+    remote = sorted({urlsplit(url).hostname or url for url in requests
+                     if urlsplit(url).scheme in ("http", "https", "ws", "wss")} - {"127.0.0.1"})
+    assert remote == [], remote
+    assert not any(url.startswith(("javascript:", "vbscript:")) for url in requests)
     page.context.close()

@@ -36,7 +36,9 @@ class ConnectCard:
         self.checks = []
         for tool in tools:
             klass = tool.get("class") or tool.get("tool_class") or "write"
-            check = w.Checkbox(value=True, description=f"{tool.get('name')} ({klass})", indent=False)
+            # a description is a text node (description_allow_html is off); invisible characters are shown
+            check = w.Checkbox(value=True, description=visible(f"{tool.get('name')} ({klass})", newlines=False),
+                               indent=False)
             check.tool_name = tool.get("name")
             self.checks.append(check)
         self.tokens = w.IntText(value=int(budget.get("tokens_per_day") or 200_000), description="tokens/day")
