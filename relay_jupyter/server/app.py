@@ -20,8 +20,8 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
-from ..broker.kernel_bridge import end_kernel
 from ..core.errors import ConfigRefusal
+from ..broker.kernel_bridge import end_kernel
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
@@ -36,6 +36,10 @@ class RelayApp(ExtensionApp):
     name = "relay_jupyter"
     description = "A safe AI agent in Jupyter: the broker that gates every tool call."
     load_other_extensions = True
+
+    def _config_file_name_default(self) -> str:
+        # jupyter_relay_config.{py,json}: the name the standalone daemon reads too (server/jupyter_config.py)
+        return "jupyter_relay_config"
 
     consent_timeout = Float(300.0, config=True, help="Seconds a permission request waits before it is denied.")
     kernel_tool_timeout = Float(60.0, config=True, help="Seconds to wait for a kernel to answer a kernel tool.")
@@ -74,6 +78,13 @@ class RelayApp(ExtensionApp):
     data_dir = Unicode("", config=True, help="Where the relay database and audit log live "
                                              "(default: <jupyter data dir>/relay).")
     in_memory = Bool(False, config=True, help="Keep grants, events and audit in memory only (tests).")
+    read_roots = List(Unicode(), ["{notebook_dir}"], config=True,
+                      help="Directories relative to the Jupyter root that scratch_pull reads without a card "
+                           "('{notebook_dir}': the notebook's own directory; '.': the whole root; empty: "
+                           "every pull asks). Credential stores are refused everywhere.")
+    secret_globs = List(Unicode(), [], config=True,
+                        help="More credential globs (e.g. '*.kdbx', 'private/*') that pull and push refuse "
+                             "even with approval.")
 
     def broker_config(self) -> BrokerConfig:
         """The traitlets as a validated :class:`BrokerConfig`."""
@@ -103,6 +114,8 @@ class RelayApp(ExtensionApp):
             default_tools=tuple(self.default_tools),
             headless_policy=self.headless_policy,
             secret_env_vars=tuple(self.secret_env_vars),
+            read_roots=tuple(self.read_roots),
+            secret_globs=tuple(self.secret_globs),
         )
 
     def _secret_values(self) -> list[str]:
