@@ -68,6 +68,12 @@ _HINTS: dict[str, str] = {
     "UNAUTHORIZED": "this notebook has no grant yet; run %%agent interactively once to connect",
     "SCOPE_EXCEEDED": "the tool is not in this notebook's grant; see relay.grants()",
     "CONSENT_DENIED": "the action was denied",
+    # the broker's backend messages already end with these sentences (backends/base.py ADVICE): not repeated
+    "BACKEND_UNREACHABLE": "check that the model server is running and that its URL in the relay server config "
+                           "is right, then run the cell again",
+    "BACKEND_TIMEOUT": "the model server is slow or stuck: run the cell again, or raise c.RelayApp.turn_timeout / "
+                       "turn_idle_timeout if long answers are expected",
+    "BACKEND_ERROR": "run the cell again; if it keeps failing, check the model server's logs or status page",
 }
 
 
