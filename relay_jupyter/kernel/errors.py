@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .rendering import visible
+
 __all__ = ["AgentError", "AgentUsageError", "BrokerUnreachable", "RpcError", "message_for"]
 
 
@@ -79,7 +81,8 @@ _HINTS: dict[str, str] = {
 
 def message_for(code: str | None, message: str) -> str:
     """One line for a stable code: the broker's message plus what to do (never a secret)."""
-    line = " ".join(str(message).split()) or (code or "error")
+    # one line, and a terminal escape or bidi override in a broker or server message is shown, not obeyed
+    line = visible(" ".join(str(message).split())) or (code or "error")
     hint = _HINTS.get(code or "")
     if code:
         line = f"{line} [{code}]"

@@ -230,3 +230,11 @@ async def test_input_prompt_offers_only_the_allowed_scopes(monkeypatch: pytest.M
     assert (answer.decision, answer.scope) == expected
     assert ("[r]un" in prompts[0]) == (scopes is None or "run" in scopes)
     assert ("[a]lways" in prompts[0]) == (scopes is None)
+
+
+def test_error_lines_show_escapes_instead_of_obeying_them() -> None:
+    from relay_jupyter.kernel.errors import message_for
+
+    line = message_for("BACKEND_ERROR", "server said \x1b[2K\x1b[1Aall good\u202e\n[ok]")
+    assert "\x1b" not in line and "\u202e" not in line and "\n" not in line
+    assert "<U+001B>[2K" in line and "all good<U+202E> [ok] [BACKEND_ERROR]" in line
