@@ -8,6 +8,7 @@ Enabled on install by ``jupyter-config/server-config/relay_jupyter.json`` (share
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,19 @@ from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_ker
 
 __all__ = ["RelayApp"]
 
+
+def _route_relay_logs(server_log: logging.Logger) -> None:
+    """relay's module loggers (``relay_jupyter.*``) write through the Jupyter server's handlers at its level:
+    the server's format and ``--debug`` apply, instead of Python's bare last-resort output."""
+    relay_log = logging.getLogger("relay_jupyter")
+    for handler in server_log.handlers:
+        if handler not in relay_log.handlers:
+            relay_log.addHandler(handler)
+    relay_log.setLevel(server_log.getEffectiveLevel())
+    relay_log.propagate = not server_log.handlers
+
 _PRUNE_EVERY_MS = 3_600_000
+_log = logging.getLogger(__name__)
 
 
 class RelayApp(ExtensionApp):
@@ -136,12 +149,14 @@ class RelayApp(ExtensionApp):
         A configuration the broker refuses (a model URL outside the endpoint policy, an unsafe secrets
         file, ...) stops the server with one line naming the setting: failing closed, not a server
         whose agent silently does not work (or sends a key in clear text)."""
+        _route_relay_logs(self.serverapp.log)
         try:
             self.broker = Broker.open(self.broker_config())
             install_components(self.broker, jupyter_root=Path(self.serverapp.root_dir))
         except ConfigRefusal as exc:
             self.log.critical("relay: %s [%s]", exc.message, exc.code.value)
             raise SystemExit(2) from None
+        _log.debug("relay: broker open for the Jupyter root %s", self.serverapp.root_dir)
         self.kernel_credentials = KernelCredentials()
         self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials})
         install_kernel_env_hook(
