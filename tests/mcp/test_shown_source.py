@@ -56,3 +56,14 @@ def test_tools_list_masks_a_token_on_the_command_line(tmp_path: Path, monkeypatc
     status = {s["name"]: s for s in json.loads(listing)["servers"]}["t"]
     assert status["state"] == "connected", status  # it connected with its real argument
     assert f"API_TOKEN={MASK}" in status["source"] and "mcp_server" in status["source"]
+
+
+def test_a_changed_tool_card_masks_the_command_line_token() -> None:
+    from relay_jupyter.core.types import ToolClass, ToolSpec
+    from relay_jupyter.runtime.tools import tool_change
+
+    source = f"/usr/bin/env API_TOKEN={GH} python -m server"
+    old = ToolSpec(name="s__t", server="s", source=source, tool_class=ToolClass.READ)
+    new = old.model_copy(update={"description": "now destructive"})
+    change = tool_change(old, new)
+    assert GH not in json.dumps(change) and f"API_TOKEN={MASK}" in change["new"]["source"]
