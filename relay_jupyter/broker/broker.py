@@ -12,6 +12,7 @@ those components when they are installed (a method that needs a missing one answ
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from pathlib import Path
@@ -30,6 +31,7 @@ from ..core.memory import (
     MemoryRunJournal,
 )
 from ..core.pricing import Pricing
+from ..storage.errors import StoreError
 from .config import BrokerConfig
 from .dispatch import dispatch
 from .events import EventBus
@@ -93,6 +95,7 @@ class Broker:
         """Optional ``async (caller, origin, conversation, tool, arguments) -> {content, is_error}``: the
         runtime executor's client-call entry; ``tools.call`` uses it when set."""
         self.ready = True
+        self._maintenance: asyncio.Task[None] | None = None
         self.metrics.live(self._live_gauges)
         load_methods()
 
@@ -116,6 +119,12 @@ class Broker:
         except BaseException:
             store.close()
             raise
+        try:
+            # this broker's lease: runs, pending permissions and checkpoints it makes carry it, and
+            # another broker on the same data dir leaves them alone while it lives (storage/leases.py)
+            store.acquire_lease(config.lease_ttl)
+        except StoreError as exc:  # a full disk at start: serve not-ready until the store is writable
+            log.error("relay: cannot record this broker's lease: %s", exc.message)
         return cls(config, store=store, audit=audit)
 
     async def dispatch(self, caller: Caller, body: bytes) -> bytes | None:
@@ -128,6 +137,50 @@ class Broker:
         if prune is None:
             return 0
         return prune(self.config.event_retention_seconds, self.config.event_retention_count)
+
+    # -- storage health and the lease (docs/storage.md) ---------------------------------------------
+
+    def storage_problem(self) -> Any:
+        """The store's last write failure (a StorageUnavailable with code and message) while it
+        lasts, else None. readyz answers 503 and new runs and tool calls are refused meanwhile."""
+        return getattr(self.store, "storage_problem", None)
+
+    def check_storage(self) -> None:
+        """One maintenance step: renew the lease (also the write probe that tells a full disk has
+        space again), then record what failed to be stored (runs that ended meanwhile), and recover
+        the runs and permission requests of brokers that died meanwhile. Never raises."""
+        probe = getattr(self.store, "probe_write", None)
+        if probe is None:
+            return
+        try:
+            probe()
+        except StoreError:
+            return
+        if self.storage_problem() is not None:
+            return
+        try:
+            if self.runs is not None:
+                self.runs.repair()
+                if self.store.runs_to_recover() or self.store.pending_permissions(live=self.store.live_owners()):
+                    self.runs.recover()
+            self.store.forget_dead_leases()
+        except StoreError as exc:
+            log.warning("relay: storage maintenance failed: %s", exc.message)
+        except Exception:
+            log.exception("relay: storage maintenance failed")
+
+    def start_maintenance(self) -> None:
+        """Start the background lease renewal and storage check (on the running event loop)."""
+        if self._maintenance is not None or not hasattr(self.store, "probe_write"):
+            return
+        self._maintenance = asyncio.ensure_future(self._maintain())
+
+    async def _maintain(self) -> None:
+        ttl = float(getattr(self.store, "lease_ttl", self.config.lease_ttl))
+        while True:
+            problem = self.storage_problem() is not None
+            await asyncio.sleep(self.config.storage_check_interval if problem else ttl / 3)
+            self.check_storage()
 
     def _live_gauges(self) -> dict[str, float]:
         active = len(self.events.active_runs)
@@ -147,7 +200,16 @@ class Broker:
     def close(self) -> None:
         """Deny pending permission requests and close the store and audit log."""
         self.ready = False
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            self._maintenance = None
         self.permissions.deny_all(answered_by="shutdown")
+        release = getattr(self.store, "release_lease", None)
+        if release is not None:
+            try:
+                release()
+            except Exception as exc:  # a full disk: the lease then expires, or its pid is seen dead
+                log.warning("relay: could not release the broker's lease: %s", exc)
         for part in (self.audit, self.store):
             close = getattr(part, "close", None)
             if close is not None:

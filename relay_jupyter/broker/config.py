@@ -90,6 +90,11 @@ class BrokerConfig(BaseModel):
     """Seconds one model turn may take in all (pings and trickled words do not extend it): BACKEND_TIMEOUT."""
     turn_idle_timeout: float = Field(120.0, gt=0, le=86_400)
     """Seconds a model turn may go without content (keep-alive pings do not count): BACKEND_TIMEOUT."""
+    lease_ttl: float = Field(30.0, ge=1, le=3_600)
+    """Seconds a broker's lease in the store lives without renewal (renewed every third of it); after
+    that, a broker on another host treats its runs as a dead broker's (docs/storage.md)."""
+    storage_check_interval: float = Field(2.0, gt=0, le=3_600)
+    """Seconds between storage probes while the store cannot be written (readyz is 503 meanwhile)."""
     secrets_file: Path | None = None
     """A 0600 file with keys (read by ``backends/keys.py``); refused when group/world accessible."""
     mcp_config_path: Path | None = None
@@ -98,13 +103,6 @@ class BrokerConfig(BaseModel):
     default_model: str = "claude-sonnet-4-5"
     default_backend: Literal["anthropic", "openai"] = "anthropic"
     allowed_models: tuple[str, ...] = ()
-    read_roots: tuple[str, ...] = ("{notebook_dir}",)
-    """Directories (relative to the Jupyter root) a ``scratch_pull`` reads without a card; elsewhere a pull
-    is a write (one click). ``{notebook_dir}``: the calling notebook's own directory (daemon clients have
-    none); ``.``: the whole root; empty: every pull asks. See docs/workspace.md."""
-    secret_globs: tuple[str, ...] = ()
-    """More credential globs refused for pull and push even with approval (beside the built-in
-    ``.ssh/``, ``.env``, ``*.pem``...); without ``/`` a glob matches any path component."""
     """Models the broker allows at all ('' = every model a grant names)."""
     default_tools: tuple[str, ...] = ("list_variables", "describe_dataframe")
     """Tools a connect card proposes by default."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +24,7 @@ from ..core.caller import Caller, CallerKind
 from ..core.ports import EventStore
 from ..core.types import Event
 from ..protocol.names import TERMINAL_EVENTS, EventType
-from ..protocol.sse import encode_event
+from ..protocol.sse import encode_event, encode_raw
 
 __all__ = ["EventBus", "Subscription", "can_see"]
 
@@ -55,11 +56,12 @@ class Subscription:
         self.closed = False
         self.last_id = 0
         """Id of the newest event handed to the consumer (for the lag metric and de-duplication)."""
-        self._frames: deque[tuple[int, bytes]] = deque()
+        self._frames: deque[tuple[int | None, bytes]] = deque()
         self._wakeup = asyncio.Event()
 
-    def offer(self, event_id: int, frame: bytes) -> None:
-        """Buffer one frame; overflow marks the subscription and calls ``on_overflow`` once."""
+    def offer(self, event_id: int | None, frame: bytes) -> None:
+        """Buffer one frame (``event_id`` None: an event the store could not record, see
+        :meth:`EventBus.publish_unstored`); overflow marks the subscription and calls ``on_overflow`` once."""
         if self.closed or self.overflowed:
             return
         if len(self._frames) >= self.maxsize:
@@ -84,7 +86,7 @@ class Subscription:
             return False
         return True
 
-    def drain(self) -> list[tuple[int, bytes]]:
+    def drain(self) -> list[tuple[int | None, bytes]]:
         """Take every buffered (id, frame), oldest first."""
         frames = list(self._frames)
         self._frames.clear()
@@ -136,6 +138,36 @@ class EventBus:
         else:
             self._fanout(events, frames)
         return events
+
+    def publish_stored(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
+        """Deliver events a caller has already stored (in a transaction of its own, e.g. a run's
+        terminal event committed together with the journal's terminal state)."""
+        self.appended += len(events)
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self._fanout, events, frames)
+        else:
+            self._fanout(events, frames)
+
+    def publish_unstored(self, type: str, data: dict[str, Any], origin: str | None, run_id: str | None) -> None:
+        """Deliver an event the store could not record (a full disk): live subscribers still see a
+        run end. Its frame has no SSE ``id`` (and ``"id": null``), so a client's replay position
+        does not move; ``data.stored`` is false. The store gets the event later (the run manager's
+        repair), without a second live delivery."""
+        data = {**data, "stored": False}
+        probe = Event.model_construct(id=0, ts=time.time(), type=type, origin=origin, run_id=run_id, data=data)
+        frame = encode_raw(None, type, {"id": None, "ts": probe.ts, "type": type, "origin": origin,
+                                        "run_id": run_id, "data": data})
+
+        def deliver() -> None:
+            self._track_run(probe)
+            for sub in list(self._subscribers):
+                if can_see(sub.caller, probe):
+                    sub.offer(None, frame)
+
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(deliver)
+        else:
+            deliver()
 
     def _fanout(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
         for n, event in enumerate(events):

@@ -91,16 +91,16 @@ class Code(StrEnum):
     CANCELLED = "CANCELLED"
     UNAVAILABLE = "UNAVAILABLE"
     """A broker component (runtime, MCP, workspace) is not configured in this server."""
+    STORAGE_FULL = "STORAGE_FULL"
+    """The disk holding the relay data directory is full: the broker cannot record (or audit) anything."""
+    STORAGE_ERROR = "STORAGE_ERROR"
+    """The relay database could not be written (I/O error, read-only, locked): nothing new is accepted."""
     INTERNAL = "INTERNAL"
 
 
 class RelayError(Exception):
     """Base of every error relay-jupyter raises on purpose."""
 
-    STORAGE_FULL = "STORAGE_FULL"
-    """The disk holding the relay data directory is full: the broker cannot record (or audit) anything."""
-    STORAGE_ERROR = "STORAGE_ERROR"
-    """The relay database could not be written (I/O error, read-only, locked): nothing new is accepted."""
     def __init__(self, message: str, *, data: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message

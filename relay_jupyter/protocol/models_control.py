@@ -13,7 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.types import AuditRecord, Budget, Grant
-from .models_runs import ConversationName
 
 __all__ = [
     "AuditTailParams",
@@ -194,7 +193,7 @@ class TrustRevokeParams(Strict):
 
 
 class ToolsListParams(Strict):
-    conversation: ConversationName | None = None
+    conversation: str | None = Field(default=None, min_length=1, max_length=200)
     origin: str | None = _ORIGIN
 
 
@@ -213,7 +212,7 @@ class ToolsListResult(Strict):
 
 
 class ToolsCallParams(Strict):
-    conversation: ConversationName
+    conversation: str = _ID
     tool: str = Field(min_length=1, max_length=400)
     arguments: dict[str, Any] = Field(default_factory=dict)
     origin: str | None = _ORIGIN

@@ -14,6 +14,7 @@ import inspect
 import logging
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..core.consent import StaticConsent
 from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, RoutingRefusal
 from ..core.types import ConsentDecision, PermissionMode
 from ..protocol.names import EventType
+from ..storage.errors import StoreError
 from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block, user_message
 from .conversations import next_turn
@@ -132,6 +134,8 @@ class RunManager:
         self.full_consent = StaticConsent(ConsentDecision.ALLOW, answered_by="mode:full")
         self._runs: dict[str, _Run] = {}
         self._by_conversation: dict[str, str] = {}
+        self._unstored: dict[str, Any] = {}
+        """run_id -> the transaction recording its end, for runs that ended while the store failed."""
         self.executor = Executor(gate, journal, self._emit_for, self._consent_for)
 
     # ---- public API -------------------------------------------------------------------------
@@ -159,7 +163,9 @@ class RunManager:
         if not backend.allows_model(params.model):
             raise ConfigRefusal(Code.MODEL_NOT_ALLOWED,
                                 f"model {params.model!r} is not allowed for backend {params.backend!r}")
-        if ctx.conversation in self._by_conversation:
+        self.check_storage()
+        elsewhere = getattr(self.journal, "running_elsewhere", None)
+        if ctx.conversation in self._by_conversation or (elsewhere is not None and elsewhere(ctx.conversation)):
             raise RoutingRefusal(Code.CONFLICT, "this conversation already has a running agent; "
                                  "cancel it or wait for it to finish")
         run_id = "run_" + secrets.token_hex(12)
@@ -226,9 +232,25 @@ class RunManager:
 
     async def execute_client_call(self, ctx: ToolContext, tool: str, arguments: Any) -> ToolResult:
         """``tools.call``: a client-initiated call through the same executor and gate."""
+        self.check_storage()  # a call the broker could not audit is refused before it starts
         call_id = "client_" + secrets.token_hex(8)
         return await self.executor.execute_client_call(ctx, ToolIndex(self.providers, ctx), tool,
                                                        arguments, call_id)
+
+    def check_storage(self) -> None:
+        """Refuse new work while the store cannot be written (STORAGE_FULL / STORAGE_ERROR): a run
+        could record nothing, a tool call could not be audited. One probe write first, so storage
+        that came back is noticed at the next request, and the runs it missed are repaired."""
+        if getattr(self.journal, "storage_problem", None) is None:
+            return
+        probe = getattr(self.journal, "probe_write", None)
+        if probe is not None:
+            with suppress(StoreError):
+                probe()
+        problem = getattr(self.journal, "storage_problem", None)
+        if problem is not None:
+            raise problem
+        self.repair()
 
     def recover(self) -> list[str]:
         """At broker start: unfinished runs become ``interrupted``; every call with an intent and
@@ -362,6 +384,15 @@ class RunManager:
     # ---- ending ---------------------------------------------------------------------------
 
     def _close(self, run: _Run, terminal: str, data: dict[str, Any], state: str) -> None:
+        """End ``run``: the one place a run's terminal state is decided and recorded (docs/runtime.md).
+
+        The history, the journal's terminal state and the terminal event are committed in one
+        transaction (SQLite store), and the event is delivered live only once it is stored. When the
+        store cannot be written (a full disk) the terminal event is still delivered live, unstored,
+        and the same transaction is retried by :meth:`repair` once storage works again; a run that
+        had already ended in the journal (a broker that took this one for dead) gets no second
+        terminal event: its live subscribers get the stored one.
+        """
         if run.finished:
             return
         run.finished = True
@@ -371,6 +402,55 @@ class RunManager:
                 run.pending = list(run.current.calls)
                 run.current = None
             self._answer_pending(run)
+        except Exception as exc:
+            log.error("run %s: answering its calls failed: %s", run.run_id, type(exc).__name__)
+        self._forget(run)
+        item = (terminal, {"run_id": run.run_id, **data}, run.ctx.origin, run.run_id)
+        finish = getattr(self.journal, "finish_run", None)
+        if finish is None or not hasattr(self.journal, "transaction"):
+            self._close_unshared(run, item, state)
+            return
+
+        def record() -> Any:
+            with self.journal.transaction():
+                if run.history:
+                    self._save(run)
+                return finish(run.run_id, state, {"steps": run.steps}, [item])
+
+        try:
+            stored = record()
+        except StoreError as exc:
+            log.error("run %s: the store cannot record its end (%s); delivering %s live only",
+                      run.run_id, exc.message, terminal)
+            self._unstored[run.run_id] = record
+            publish_live = getattr(self.events, "publish_unstored", None)
+            if publish_live is not None:
+                publish_live(*item)
+            return
+        except Exception as exc:  # a bug: the run must still end for its subscribers
+            log.exception("run %s: recording its end failed: %s", run.run_id, type(exc).__name__)
+            publish_live = getattr(self.events, "publish_unstored", None)
+            if publish_live is not None:
+                publish_live(*item)
+            return
+        self._deliver(run.run_id, stored)
+
+    def _deliver(self, run_id: str, stored: Any) -> None:
+        """Fan out a terminal event just committed; None: the journal had it ended already, so its
+        stored terminal event goes to the live subscribers instead (never a second one)."""
+        publish = getattr(self.events, "publish_stored", None)
+        if stored is None:
+            existing = getattr(self.journal, "terminal_event", lambda _r: None)(run_id)
+            log.warning("run %s had already ended in the journal (another broker recovered it)", run_id)
+            if existing is not None and publish is not None:
+                publish([existing], None)
+            return
+        if publish is not None:
+            publish(*stored)
+
+    def _close_unshared(self, run: _Run, item: tuple[str, dict[str, Any], str, str], state: str) -> None:
+        """:meth:`_close` for journals without transactions (the in-memory ports of tests)."""
+        try:
             if run.history:
                 self._save(run)
         except Exception as exc:
@@ -379,8 +459,27 @@ class RunManager:
             self.journal.run_finished(run.run_id, state, {"steps": run.steps})
         except Exception as exc:
             log.error("run %s: journal failed: %s", run.run_id, type(exc).__name__)
-        self._forget(run)
-        self._emit(run, terminal, data)
+        self.events.append(item[0], item[1], origin=item[2], run_id=item[3])
+
+    def repair(self) -> int:
+        """Record the ends of runs the store could not record when they ended (disk full); each in
+        its own transaction, so what fails again waits for the next try. Returns how many were recorded."""
+        done = 0
+        for run_id, record in list(self._unstored.items()):
+            try:
+                record()
+            except StoreError:
+                break
+            except Exception:
+                log.exception("run %s: repairing its journal entry failed", run_id)
+            self._unstored.pop(run_id, None)
+            done += 1
+        return done
+
+    @property
+    def unrecorded(self) -> list[str]:
+        """Runs that ended while their end could not be stored (waiting for :meth:`repair`)."""
+        return list(self._unstored)
 
     def _forget(self, run: _Run) -> None:
         self._runs.pop(run.run_id, None)

@@ -1,35 +1,145 @@
-"""Crash repair at broker start (DESIGN.md §4 durability).
+"""Crash repair (DESIGN.md §4 durability; issue 12): what a dead broker left unfinished.
 
-Runs the journal shows unfinished become ``interrupted`` (one ``run.interrupted`` event each). Every
-tool call the model made in them is answered in the stored conversation, never re-executed:
+Runs the journal shows unfinished *and owned by a dead broker* (storage/leases.py: a run of a live
+broker on the same data directory is never touched) become ``interrupted`` with one
+``run.interrupted`` event each. Every tool call the model made in them is answered in the stored
+conversation, never re-executed:
 
 - an intent without an outcome: "outcome unknown; the action may have happened";
 - an outcome the journal recorded but the conversation never got (a turn's results are stored together
   once all its calls are done): "completed before the broker stopped ... the action happened";
 - no journal record at all: "not run".
+
+A permission request the dead broker left pending gets its ``permission.resolved`` (decision
+``withdrawn``, ``answered_by: "recovery"``), so a panel replaying events shows no card nobody can answer.
+
+**Idempotent at every write.** With the SQLite store each run is repaired in *one* transaction: the
+calls' "outcome unknown" records, the answered conversation, the permission resolutions, the
+``interrupted`` marker and the ``run.interrupted`` event commit together or not at all. A crash
+anywhere in recovery leaves each run either fully repaired or untouched (still unfinished, owner
+still dead), and the next start repairs the rest. Events are delivered live only after the commit.
+
+``RELAY_TEST_CRASH_AT`` (tests only): ``recovery:N`` ends the process with ``os._exit`` at the Nth
+write point of recovery (before and after each run's transaction, and between the writes inside it),
+which is how tests/runtime/test_recovery_crash.py kills recovery at each of them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from ..protocol.names import EventType
+from ..storage.errors import StoreError
 from .context import OUTCOME_UNKNOWN, tool_result_block
 
 __all__ = ["recover", "stored_messages"]
 
+log = logging.getLogger(__name__)
+
+_CRASH_ENV = "RELAY_TEST_CRASH_AT"
+_points = 0
+
+
+def _crash_point() -> None:
+    """Test hook: exit at the Nth write point when ``RELAY_TEST_CRASH_AT=recovery:N``."""
+    spec = os.environ.get(_CRASH_ENV, "")
+    if not spec.startswith("recovery:"):
+        return
+    global _points
+    _points += 1
+    if _points == int(spec.split(":", 1)[1]):
+        os._exit(137)  # like SIGKILL: no cleanup, no flush
+
 
 def recover(journal: Any, conversations: Any, events: Any) -> list[str]:
-    """At broker start: unfinished runs become ``interrupted``; every call with an intent and
-    no outcome is answered "outcome unknown" in its stored conversation (never re-executed)."""
+    """Repair what dead brokers left unfinished (see the module docstring). Returns the ids of the
+    runs marked ``interrupted``."""
+    if hasattr(journal, "runs_to_recover") and hasattr(journal, "transaction"):
+        return _recover_store(journal, conversations, events)
+    return _recover_unshared(journal, conversations, events)
+
+
+def _recover_store(store: Any, conversations: Any, events: Any) -> list[str]:
+    live = store.live_owners()
+    done: list[str] = []
+    for row in store.runs_to_recover(live):
+        _crash_point()
+        try:
+            stored = _repair_run(store, conversations, row, live)
+        except StoreError as exc:  # a full disk: the run stays unfinished, the next check repairs it
+            log.error("relay: could not recover run %s: %s", row["run_id"], exc.message)
+            break
+        _crash_point()
+        if stored is not None:
+            done.append(row["run_id"])
+            _publish(events, store, stored)
+    # requests of dead brokers not tied to a run that was just repaired (a client's tools.call)
+    orphans = store.pending_permissions(live=live)
+    if orphans:
+        _crash_point()
+        try:
+            with store.transaction():
+                stored = store.append_events_framed([_resolved(p) for p in orphans])
+        except StoreError as exc:
+            log.error("relay: could not resolve permission requests of a stopped broker: %s", exc.message)
+        else:
+            _crash_point()
+            _publish(events, store, stored)
+    return done
+
+
+def _repair_run(store: Any, conversations: Any, row: dict[str, Any], live: set[str]) -> Any:
+    """One run, one transaction. None when the run was no longer unfinished (another broker's
+    recovery got there first)."""
+    run_id = row["run_id"]
+    with store.transaction():
+        current = store.get_run(run_id)
+        if current is None or current.get("finished_at") is not None:
+            return None
+        finished = {c["call_id"]: c["outcome"] for c in current.get("calls") or []
+                    if isinstance(c.get("outcome"), dict)}
+        unknown = {c["call_id"] for c in current.get("calls") or [] if c.get("outcome") is None}
+        for call_id in sorted(unknown):
+            store.call_outcome(run_id, call_id, {"status": "unknown", "outcome_unknown": True})
+            _crash_point()
+        conversation = row.get("conversation")
+        if conversation:
+            _repair_history(conversations, conversation, row.get("origin", ""), unknown, finished)
+            _crash_point()
+        items = [_resolved(p) for p in store.pending_permissions(run_id=run_id)]
+        items.append((EventType.INTERRUPTED, {"run_id": run_id, "conversation": conversation,
+                                              "outcome_unknown": sorted(unknown)}, row.get("origin"), run_id))
+        return store.finish_run(run_id, "interrupted", None, items)
+
+
+def _resolved(pending: dict[str, Any]) -> tuple[str, dict[str, Any], str | None, str | None]:
+    return (EventType.PERMISSION_RESOLVED,
+            {"request_id": pending["request_id"], "decision": "withdrawn", "scope": "once",
+             "answered_by": "recovery", "answered_at": None,
+             "reason": "the broker that asked stopped before anyone answered"},
+            pending.get("origin"), pending.get("run_id"))
+
+
+def _publish(events: Any, store: Any, stored: tuple[list[Any], list[bytes]]) -> None:
+    """Deliver committed events live: through the bus, or (a test's recording sink) as appends."""
+    publish = getattr(events, "publish_stored", None)
+    if publish is not None:
+        publish(*stored)
+        return
+    if events is store:
+        return
+    for event in stored[0]:
+        events.append(event.type, event.data, origin=event.origin, run_id=event.run_id)
+
+
+def _recover_unshared(journal: Any, conversations: Any, events: Any) -> list[str]:
+    """Journals without transactions (the in-memory ports): every unfinished run is a dead one's
+    (nothing in memory outlives a crash), repaired write by write."""
     rows = {r["run_id"]: r for r in journal.list_runs(limit=1_000_000)
             if r.get("finished_at") is None}
-    if hasattr(journal, "mark_interrupted"):
-        ids = list(journal.mark_interrupted())
-    else:
-        ids = list(journal.unfinished_runs())
-        for run_id in ids:
-            journal.run_finished(run_id, "interrupted")
+    ids = list(journal.unfinished_runs())
     for run_id in ids:
         row = rows.get(run_id, {})
         finished = _finished_calls(journal, run_id)
@@ -39,16 +149,16 @@ def recover(journal: Any, conversations: Any, events: Any) -> list[str]:
         conversation = row.get("conversation")
         if conversation:
             _repair_history(conversations, conversation, row.get("origin", ""), unknown, finished)
+        journal.run_finished(run_id, "interrupted")
         events.append(EventType.INTERRUPTED, {"run_id": run_id, "conversation": conversation,
-                                                   "outcome_unknown": sorted(unknown)},
-                           origin=row.get("origin"), run_id=run_id)
+                                              "outcome_unknown": sorted(unknown)},
+                      origin=row.get("origin"), run_id=run_id)
     return ids
 
 
 def _finished_calls(journal: Any, run_id: str) -> dict[str, dict[str, Any]]:
     """Calls of ``run_id`` whose outcome the journal recorded before the crash (their results were
-    only in memory: a turn's results are stored together once every call of the turn is done).
-    Needs a journal with ``get_run`` (the SQLite store; an in-memory journal does not outlive a crash)."""
+    only in memory: a turn's results are stored together once every call of the turn is done)."""
     get_run = getattr(journal, "get_run", None)
     run = get_run(run_id) if get_run is not None else None
     return {c["call_id"]: c["outcome"] for c in (run or {}).get("calls") or []
@@ -75,7 +185,7 @@ def _repair_history(conversations: Any, conversation: str, origin: str, unknown:
     if blocks:
         history.append({"role": "user", "content": blocks, "turn": turn})
         conversations.save_conversation(conversation, row.get("origin") or origin, row.get("name", ""),
-                                             history, row.get("meta") or {})
+                                        history, row.get("meta") or {})
 
 
 def _recovered_answer(call_id: str, unknown: set[str], finished: dict[str, dict[str, Any]]) -> tuple[str, bool]:

@@ -215,10 +215,11 @@ class EventsEndpoint(RelayEndpoint):
                     self.write(encode_comment("heartbeat"))
                     await self.flush()
                     continue
-                batch = [(i, f) for i, f in sub.drain() if i > last_sent]
+                # an id of None: an event the store could not record (a full disk), delivered live once
+                batch = [(i, f) for i, f in sub.drain() if i is None or i > last_sent]
                 if not batch:
                     continue
-                last_sent = batch[-1][0]
+                last_sent = max((i for i, _ in batch if i is not None), default=last_sent)
                 sub.last_id = last_sent
                 self.write(b"".join(f for _, f in batch))
                 await self.flush()
@@ -248,12 +249,17 @@ class HealthEndpoint(RelayEndpoint):
 
 
 class ReadyEndpoint(RelayEndpoint):
-    """``GET readyz``: 200 when the broker accepts work, 503 while starting or stopping."""
+    """``GET readyz``: 200 when the broker accepts work; 503 while starting or stopping, and while its
+    store cannot be written (``code`` STORAGE_FULL / STORAGE_ERROR and a ``message`` saying what to do)."""
 
     def relay_get(self) -> None:
         broker = self.relay_broker
-        ready = bool(broker.ready)
-        self.relay_json(200 if ready else 503, {"ready": ready, "last_event_id": broker.events.last_event_id()})
+        problem = broker.storage_problem()
+        ready = bool(broker.ready) and problem is None
+        body: dict[str, Any] = {"ready": ready, "last_event_id": broker.events.last_event_id()}
+        if problem is not None:
+            body.update(code=problem.code.value, message=problem.message)
+        self.relay_json(200 if ready else 503, body)
         self.count("readyz")
 
 

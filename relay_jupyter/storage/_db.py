@@ -7,6 +7,7 @@ writers, since SQLite admits one writer at a time anyway, and the broker's reads
 
 from __future__ import annotations
 
+import errno
 import json
 import json.encoder
 import math
@@ -14,17 +15,19 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Self
 
-from .errors import StoreError
+from .errors import StorageUnavailable, StoreError, storage_failure
 from .schema import migrate
 
 __all__ = ["Database", "check_amount", "check_text", "dumps"]
 
 BUSY_TIMEOUT_MS = 5000
+MIN_FREE_BYTES = 1 << 20
+"""Below this much free space in the data directory the store reports STORAGE_FULL (readyz 503)."""
 
 
 # One encoder instance: json.dumps with non-default options builds a new encoder per call (2x slower).
@@ -96,7 +99,11 @@ class Database:
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.RLock()
         self._clock = clock
+        self._depth = 0
+        """Nesting of :meth:`transaction` on the thread holding the lock (0: none open)."""
         self.path = path
+        self.storage_problem: StorageUnavailable | None = None
+        """The last write failure, until a write commits again (docs/storage.md: a full disk)."""
 
     @classmethod
     def _connect(cls, path: Path) -> sqlite3.Connection:
@@ -135,36 +142,110 @@ class Database:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``) holding the store lock.
 
-        Other storage modules (``storage/checkpoints.py``) may use it for their own tables.
-        Raises StoreError when the database stays busy for longer than the busy timeout.
+        Other storage modules (``storage/checkpoints.py``) may use it for their own tables. Nested in
+        another transaction of this store (same thread) it is a SAVEPOINT: the outer one commits
+        everything together, which is how recovery commits a run's marker and its terminal event as
+        one (runtime/recovery.py).
+
+        Raises:
+            StorageUnavailable: the write failed (disk full: ``STORAGE_FULL``; I/O error, read-only,
+                busy beyond the busy timeout: ``STORAGE_ERROR``). :attr:`storage_problem` is set
+                until a later write commits.
         """
         with self._lock:
             conn = self._require()
+            if self._depth:
+                yield from self._savepoint(conn)
+                return
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise StoreError(f"the relay database is busy or unwritable: {exc}") from exc
+                raise self._failed(exc) from exc
+            self._depth = 1
             try:
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
+            except BaseException as exc:
+                self._depth = 0
+                self._rollback(conn)
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise self._failed(exc) from exc
                 raise
+            self._depth = 0
             try:
                 conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                raise self._failed(exc) from exc
+            if self.storage_problem is not None:
+                self.storage_problem = self._low_space()
+
+    def _savepoint(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        name = f"relay_sp{self._depth}"
+        conn.execute(f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield conn
+        except BaseException:
+            self._depth -= 1
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute(f"ROLLBACK TO {name}")
+                    conn.execute(f"RELEASE {name}")
+            raise
+        self._depth -= 1
+        conn.execute(f"RELEASE {name}")
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        """Roll back what is still open. SQLite has already rolled back by itself after some errors
+        (SQLITE_FULL, SQLITE_IOERR): a second ROLLBACK would raise "cannot rollback - no transaction
+        is active" and hide the real error."""
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-                raise StoreError(f"the relay database could not commit: {exc}") from exc
+
+    def _failed(self, exc: sqlite3.Error) -> StorageUnavailable:
+        """The refusal for a failed write; remembers it (readyz, refusing new runs) unless it was only
+        another writer holding the lock."""
+        error = storage_failure(exc, str(self.path))
+        code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+        if code not in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED: someone else's transaction, not our disk
+            self.storage_problem = error
+        return error
+
+    def _low_space(self) -> StorageUnavailable | None:
+        """STORAGE_FULL while the data directory's file system has less than :data:`MIN_FREE_BYTES`
+        free: a write that fit into space SQLite had already allocated does not mean the disk has
+        room again (the next one may not fit)."""
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError:
+            return None
+        if st.f_bavail * st.f_frsize >= MIN_FREE_BYTES:
+            return None
+        return storage_failure(OSError(errno.ENOSPC, "No space left on device"), str(self.path))
+
+    def check_space(self) -> None:
+        """Set (or clear, once a write succeeds) :attr:`storage_problem` by the free space alone."""
+        low = self._low_space()
+        if low is not None:
+            self.storage_problem = low
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: several SELECTs see one consistent state."""
+        """A read transaction: several SELECTs see one consistent state (inside a write transaction of
+        this store, that transaction's state)."""
         with self._lock:
             conn = self._require()
+            if self._depth:
+                yield conn
+                return
             conn.execute("BEGIN")
             try:
                 yield conn
             finally:
-                conn.execute("COMMIT")
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
 
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
         """One SELECT in autocommit mode."""

@@ -10,8 +10,11 @@
   continues from the last good record (looking into rotated files when the live one is empty).
 - **Rotation** by size: when a line would take the live file past ``max_bytes`` it becomes
   ``<name>.1`` (``.1`` → ``.2`` …, ``keep`` rotated files are kept); ``seq`` continues across files.
-- One writer: an exclusive ``flock`` on ``<name>.lock`` refuses a second process (or a second
-  ``AuditLog`` in this one), since two writers would hand out the same ``seq``.
+- Several writers (issue 12: two brokers on one data directory): each append holds an exclusive
+  ``flock`` on ``<name>.lock`` for its one write. Under that lock a writer first checks whether the
+  file changed since its own last write (another writer appended, or rotated it: a new inode) and
+  then continues from the file's last ``seq``, so ``seq`` stays unique and increasing across writers.
+  A torn tail another writer's crash left is truncated under the lock before the next line.
 
 Arguments must be redacted before they get here (``core.redact``); this module stores what it is given.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Self
 
 from ..core.types import AuditRecord
-from .errors import StoreError
+from .errors import StoreError, storage_failure
 
 __all__ = ["AuditLog", "read_audit_file"]
 
@@ -113,10 +116,8 @@ def _with_seq(record: AuditRecord, seq: int) -> AuditRecord:
 
 
 class AuditLog:
-    """``AuditSink`` writing JSON lines to ``path`` (mode 0600). Thread-safe.
-
-    Raises StoreError when another writer holds the log.
-    """
+    """``AuditSink`` writing JSON lines to ``path`` (mode 0600). Thread-safe; other ``AuditLog``
+    objects (in this process or others) may write the same file at the same time."""
 
     def __init__(self, path: str | os.PathLike[str], *, max_bytes: int | None = 16 << 20, keep: int = 5,
                  fsync_every: int = 256, fsync_interval: float = 0.05) -> None:
@@ -132,16 +133,14 @@ class AuditLog:
             self._lock_fd = os.open(self._sibling(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StoreError(f"cannot open the audit log {self.path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise StoreError(f"the audit log {self.path} is in use by another writer "
-                             "(is another relay broker running with the same data directory?)") from None
         self._fd = -1
         try:
-            self._seq = self._repair()
-            self._fd = self._open_live()
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self._seq = self._repair()
+                self._fd = self._open_live()
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         except BaseException as exc:
             os.close(self._lock_fd)
             if isinstance(exc, OSError):
@@ -218,23 +217,48 @@ class AuditLog:
     def append(self, record: AuditRecord) -> AuditRecord:
         """Write ``record`` with the next ``seq`` (flushed to the OS, fsync batched); return the stored copy.
 
-        Raises StoreError after :meth:`close`, OSError when the disk refuses the write (nothing is
-        left half-written then).
+        Raises StoreError after :meth:`close`, StorageUnavailable (STORAGE_FULL / STORAGE_ERROR) when
+        the disk refuses the write (nothing is left half-written then).
         """
         with self._lock:
             if self._closed:
                 raise StoreError("the audit log is closed")
-            stored = _with_seq(record, self._seq + 1)
-            line = stored.__pydantic_serializer__.to_json(stored) + b"\n"
-            if self.max_bytes is not None and self._size and self._size + len(line) > self.max_bytes:
-                self._rotate_locked()
-            self._write_locked(line)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                self._follow_locked()
+                stored = _with_seq(record, self._seq + 1)
+                line = stored.__pydantic_serializer__.to_json(stored) + b"\n"
+                if self.max_bytes is not None and self._size and self._size + len(line) > self.max_bytes:
+                    self._rotate_locked()
+                self._write_locked(line)
+            except OSError as exc:  # a full disk: the caller (the gate) must not run what it could not audit
+                raise storage_failure(exc, str(self.path)) from exc
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             self._seq += 1
             self._pending += 1
             if not self._dirty or self._pending == self._every:
                 self._dirty = True
                 self._cond.notify()
             return stored
+
+    def _follow_locked(self) -> None:
+        """Catch up with other writers (the file lock is held): reopen a file they rotated away and
+        continue from the newest ``seq`` when they appended since our last write."""
+        mine = os.fstat(self._fd)
+        try:
+            live = os.stat(self.path)
+        except FileNotFoundError:
+            live = None
+        if live is None or (live.st_ino, live.st_dev) != (mine.st_ino, mine.st_dev):
+            os.close(self._fd)
+            self._fd = -1
+            self._fd = self._open_live()
+            mine = os.fstat(self._fd)
+            self._size = -1  # force the re-read below
+        if mine.st_size != self._size:
+            self._seq = max(self._seq, self._repair())
+            self._size = os.fstat(self._fd).st_size
 
     def _write_locked(self, line: bytes) -> None:
         written = 0
@@ -311,8 +335,8 @@ class AuditLog:
         if n <= 0:
             return []
         with self._cond:
-            live_end = self._size
-            files = [(self.path, live_end), *((p, None) for p in self._rotated())]
+            # the whole live file: other writers may have appended after our last line
+            files = [(self.path, None), *((p, None) for p in self._rotated())]
             found: list[AuditRecord] = []
             for path, end in files:
                 for record in self._records_reverse(path, end):

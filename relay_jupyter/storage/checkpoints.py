@@ -13,6 +13,10 @@ pushes of the same run to it only move the expected post-image. States (write-ah
 ``prepared`` keeps both the last committed post-image digest and the pending one, so a crash
 around the write is reconciled against the live file instead of guessed (see
 ``workspace.checkpointing.reconcile``).
+
+Each checkpoint carries its ``owner``: the lease of the broker that made it (storage/leases.py).
+:meth:`CheckpointJournal.unfinished` lists only those of dead owners, so a second broker on the same
+data directory never settles a push the first one is still making (version 2 of this journal).
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from pathlib import Path
 
 from ._db import _create_private
 from .errors import SchemaError, StoreError
+from .leases import lease_rows, owner_alive
 
 __all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATES = ("prepared", "applied", "reverting", "reverted")
 
 _SCHEMA = """
@@ -98,14 +103,17 @@ def sha256(data: bytes | None) -> str | None:
 class CheckpointJournal:
     """Durable checkpoint rows in the SQLite file at ``db_path``."""
 
-    def __init__(self, db_path: str | Path) -> None:
+    def __init__(self, db_path: str | Path, *, owner: str | None = None) -> None:
         """Open (creating 0600, like the store's own connection) the journal in ``db_path``.
+
+        ``owner`` is the broker's lease (``Store.owner_id``): new checkpoints carry it.
 
         Raises:
             StoreError: the file cannot be opened or is not a usable SQLite database.
             SchemaError: the journal was written by a newer relay-jupyter.
         """
         self.db_path = str(db_path)
+        self.owner = owner
         path = Path(self.db_path)
         self._lock = threading.RLock()
         try:
@@ -129,6 +137,7 @@ class CheckpointJournal:
                     raise SchemaError(
                         f"the checkpoint journal in {self.db_path} is version {row[0]}, newer than this relay "
                         f"({SCHEMA_VERSION}); upgrade relay-jupyter", data={"path": self.db_path})
+                self._migrate()
             # WAL mode creates -wal/-shm on first use: tighten them too (SQLite copies the main file's
             # mode, but a file made earlier by another process may be looser).
             _create_private(path)
@@ -138,6 +147,21 @@ class CheckpointJournal:
                              data={"path": str(path)}) from exc
         except BaseException:
             self._db.close()
+            raise
+
+    def _migrate(self) -> None:
+        """Version 2 adds ``owner`` (one transaction; another process may be migrating too)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(relay_checkpoints)")}
+            if "owner" not in cols:
+                self._db.execute("ALTER TABLE relay_checkpoints ADD COLUMN owner TEXT")
+            self._db.execute("UPDATE relay_checkpoint_meta SET value = ? WHERE key = 'version' AND "
+                             "CAST(value AS INTEGER) < ?", (str(SCHEMA_VERSION), SCHEMA_VERSION))
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
 
     def close(self) -> None:
@@ -183,9 +207,37 @@ class CheckpointJournal:
         return self._rows("WHERE origin = ? AND seq >= ? AND state != 'reverted' ORDER BY seq DESC",
                           (sel.origin, sel.seq))
 
-    def unfinished(self) -> list[Checkpoint]:
-        """Entries a crash may have left between steps (prepared or reverting), oldest first."""
-        return self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
+    def unfinished(self, *, all_owners: bool = False) -> list[Checkpoint]:
+        """Entries a crash may have left between steps (prepared or reverting), oldest first: only
+        those of dead owners (a live broker may be in the middle of them), unless ``all_owners``."""
+        rows = self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
+        if all_owners or not rows:
+            return rows
+        live = self.live_owners()
+        if live is None:
+            return rows
+        with self._lock:
+            owners = dict(self._db.execute("SELECT id, owner FROM relay_checkpoints WHERE "
+                                           "state IN ('prepared', 'reverting')").fetchall())
+        return [r for r in rows if owners.get(r.id) is None or owners.get(r.id) not in live]
+
+    def owner_of(self, checkpoint_id: str) -> str | None:
+        """The lease id of the broker that made ``checkpoint_id`` (None: unknown, or before leases)."""
+        with self._lock:
+            row = self._db.execute("SELECT owner FROM relay_checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def live_owners(self) -> set[str] | None:
+        """Owner ids alive now, from the store's ``owners`` table (None when the file has none)."""
+        with self._lock:
+            rows = lease_rows(self._db)
+        if rows is None:
+            return None
+        now = time.time()
+        live = {r["owner_id"] for r in rows if owner_alive(r, now, me=self.owner)}
+        if self.owner is not None:
+            live.add(self.owner)
+        return live
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -197,10 +249,10 @@ class CheckpointJournal:
         with self._lock:
             self._db.execute(
                 "INSERT INTO relay_checkpoints (id, origin, conversation, run_id, target, pre_exists, "
-                "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 'prepared', ?, ?)",
+                "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 'prepared', ?, ?, ?)",
                 (cid, origin, conversation, run_id, target, int(pre_image is not None), sha256(pre_image),
-                 pre_image, pending_sha256, now, now))
+                 pre_image, pending_sha256, now, now, self.owner))
         got = self.get(cid)
         assert got is not None
         return got

@@ -22,9 +22,18 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from ..core.types import Event
+from ..protocol.names import EventType
 from ._db import Database, check_text, dumps
 
 __all__ = ["EventsMixin"]
+
+_PERMISSION_TYPES = frozenset({EventType.PERMISSION_REQUEST, EventType.PERMISSION_RESOLVED,
+                               EventType.PERMISSION_TIMEOUT})
+
+
+def middles_types(middles: dict[tuple[str, str | None, str | None], str]) -> set[str]:
+    """The event types of a batch (its ``middles`` are keyed by type, origin, run id)."""
+    return {key[0] for key in middles}
 
 
 def _js(value: str | None) -> str:
@@ -138,11 +147,29 @@ class EventsMixin(Database):
             rows = [(first + n, ts, t, o, r, f'id: {first + n}\nevent: {t}\ndata: {{"id":{first + n},{tail}'.encode())
                     for n, ((t, _, o, r), tail) in enumerate(zip(items, tails, strict=True))]
             conn.executemany("INSERT INTO events (id, ts, type, origin, run_id, frame) VALUES (?,?,?,?,?,?)", rows)
+            if _PERMISSION_TYPES.intersection(middles_types(middles)):
+                self._track_permissions(conn, items, first, ts)
         # data is copied (shallow), as validation would: a caller changing its dict later does not
         # change the returned event
         events = [_event({"id": first + n, "ts": ts, "type": t, "origin": o, "run_id": r, "data": dict(d)})
                   for n, (t, d, o, r) in enumerate(items)]
         return events, [row[5] for row in rows]
+
+    def _track_permissions(self, conn: Any, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]],
+                           first: int, ts: float) -> None:
+        """Keep ``pending_permissions`` in step with the events, in their transaction: a request is
+        pending (with this store's owner) from its ``permission.request`` until its
+        ``permission.resolved`` / ``permission_timeout``. Recovery answers what a dead broker left."""
+        owner = getattr(self, "owner_id", None)
+        for n, (t, d, o, r) in enumerate(items):
+            request_id = d.get("request_id")
+            if t not in _PERMISSION_TYPES or not isinstance(request_id, str):
+                continue
+            if t == EventType.PERMISSION_REQUEST:
+                conn.execute("INSERT OR REPLACE INTO pending_permissions (request_id, owner, origin, run_id, "
+                             "event_id, created_at) VALUES (?,?,?,?,?,?)", (request_id, owner, o, r, first + n, ts))
+            else:
+                conn.execute("DELETE FROM pending_permissions WHERE request_id = ?", (request_id,))
 
     def _rows_since(self, columns: str, since: int, limit: int | None,
                     origins: Collection[str] | None) -> list[tuple[Any, ...]]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import operator
+from collections.abc import Sequence
 from typing import Any
 
+from ..protocol.names import TERMINAL_EVENTS
 from ._db import Database, check_text, dumps
 
 __all__ = ["INTERRUPTED", "RUNNING", "JournalMixin"]
@@ -52,8 +54,9 @@ class JournalMixin(Database):
         check_text("conversation", conversation)
         _check_dict("meta", meta)
         with self.transaction() as conn:
-            conn.execute(f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,NULL,?)",
-                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta)))
+            conn.execute(f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}, owner) VALUES (?,?,?,?,?,NULL,?,?)",
+                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta),
+                          getattr(self, "owner_id", None)))
 
     def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
         """Mark a run terminal with ``state``; ``meta`` is merged into its metadata.
@@ -123,6 +126,70 @@ class JournalMixin(Database):
         run = _run(row)
         run["calls"] = [_call(c) for c in calls]
         return run
+
+    def finish_run(self, run_id: str, state: str, meta: dict[str, Any] | None,
+                   terminal: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
+                   ) -> tuple[list[Any], list[bytes]] | None:
+        """The one place a run becomes terminal (runtime/manager.py and runtime/recovery.py use it):
+        in one transaction, mark the run ``state`` *only if it is still unfinished* and append its
+        ``terminal`` event(s). Returns the stored ``(events, frames)``, or None when the run had
+        already ended (then nothing is written: there is never a second terminal event).
+
+        Raises KeyError for an unknown run, StorageUnavailable when the store cannot be written.
+        """
+        check_text("state", state)
+        if state == RUNNING:
+            raise ValueError("a finished run needs a terminal state, not 'running'")
+        if meta is not None:
+            _check_dict("meta", meta)
+        with self.transaction() as conn:
+            row = conn.execute("SELECT meta, finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown run {run_id!r}")
+            if row[1] is not None:
+                return None
+            merged = {**json.loads(row[0]), **(meta or {})}
+            conn.execute("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?",
+                         (state, self.now(), dumps(merged), run_id))
+            return self.append_events_framed(terminal)  # type: ignore[attr-defined]
+
+    def terminal_event(self, run_id: str) -> Any:
+        """The stored terminal event of ``run_id`` (None when it has none)."""
+        marks = ",".join("?" * len(TERMINAL_EVENTS))
+        rows = self.query(f"SELECT id FROM events WHERE run_id = ? AND type IN ({marks}) ORDER BY id LIMIT 1",
+                          (run_id, *sorted(TERMINAL_EVENTS)))
+        if not rows:
+            return None
+        found = self.events_since(rows[0][0] - 1, limit=1)  # type: ignore[attr-defined]
+        return found[0] if found else None
+
+    def runs_to_recover(self, live: set[str] | None = None) -> list[dict[str, Any]]:
+        """Unfinished runs whose owner is dead (not in ``live``; default: :meth:`live_owners`), oldest first."""
+        live = self.live_owners() if live is None else live  # type: ignore[attr-defined]
+        rows = self.query(f"SELECT {_RUN_COLUMNS}, owner FROM runs WHERE finished_at IS NULL ORDER BY rowid")
+        return [{**_run(r[:-1]), "owner": r[-1]} for r in rows if r[-1] is None or r[-1] not in live]
+
+    def running_elsewhere(self, conversation: str) -> bool:
+        """True when another live broker has an unfinished run in ``conversation``."""
+        rows = self.query("SELECT owner FROM runs WHERE conversation = ? AND finished_at IS NULL", (conversation,))
+        mine = getattr(self, "owner_id", None)
+        others = {r[0] for r in rows if r[0] is not None and r[0] != mine}
+        return bool(others & self.live_owners())  # type: ignore[attr-defined]
+
+    def pending_permissions(self, *, run_id: str | None = None, live: set[str] | None = None
+                            ) -> list[dict[str, Any]]:
+        """Permission requests still waiting for an answer (of ``run_id``); with ``live`` (the live
+        owners), only those of dead owners."""
+        cols = ("request_id", "owner", "origin", "run_id", "event_id", "created_at")
+        if run_id is None:
+            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions ORDER BY event_id")
+        else:
+            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions WHERE run_id = ? ORDER BY event_id",
+                              (run_id,))
+        out = [dict(zip(cols, r, strict=True)) for r in rows]
+        if live is not None:
+            out = [p for p in out if p["owner"] is None or p["owner"] not in live]
+        return out
 
     def mark_interrupted(self) -> list[str]:
         """At broker start: every run without a terminal state becomes ``interrupted``. Returns their ids."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .events import EventsMixin
 from .journal import JournalMixin
+from .leases import LeasesMixin
 from .paths import data_dir
 from .records import ConversationsMixin, GrantsMixin, TrustMixin
 
@@ -27,8 +28,12 @@ __all__ = ["DB_NAME", "Store"]
 DB_NAME = "relay.db"
 
 
-class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMixin):
-    """SQLite store. Create with :meth:`open`; use as a context manager or call :meth:`close`."""
+class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin):
+    """SQLite store. Create with :meth:`open`; use as a context manager or call :meth:`close`.
+
+    A broker takes a lease (:meth:`acquire_lease`, storage/leases.py) right after opening; CLI tools
+    that only read or edit grants do not.
+    """
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *,

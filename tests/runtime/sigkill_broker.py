@@ -9,6 +9,8 @@ one JSON line ``{"run_id", "call_id", "pid"}`` and then waits to be killed.
 
     RELAY_TEST_KEY=... python tests/runtime/sigkill_broker.py --data-dir D --root R --base-url U \
         --mcp-config M --conversation C --origin O --model claude-test-1 --tool notes__hang
+
+``--recover-only D`` only starts a broker on ``D`` (crash repair) and exits (see :func:`recover_only`).
 """
 
 from __future__ import annotations
@@ -61,13 +63,31 @@ async def run(args: argparse.Namespace) -> None:
     await asyncio.Event().wait()  # hold the call open until the parent SIGKILLs this process
 
 
+def recover_only(data_dir: str) -> int:
+    """``--recover-only D``: a broker start on ``D`` (its crash repair runs), then a clean exit.
+    tests/runtime/test_crash_repair.py runs it with ``RELAY_TEST_CRASH_AT=recovery:N``."""
+    from relay_jupyter.backends.demo import DemoBackend
+    from relay_jupyter.broker.runs import install_runtime
+
+    broker = Broker.open(BrokerConfig(data_dir=Path(data_dir)))
+    try:
+        ids = install_runtime(broker, {"demo": DemoBackend()}).recover()  # a second pass finds nothing
+    finally:
+        broker.close()
+    print(json.dumps({"again": ids}), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run until killed."""
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    if argv[:1] == ["--recover-only"]:
+        return recover_only(argv[1])
     parser = argparse.ArgumentParser(description="broker child of the SIGKILL test")
     for name in ("data-dir", "root", "base-url", "mcp-config", "conversation", "origin", "model", "tool"):
         parser.add_argument(f"--{name}", required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     asyncio.run(run(args))
     return 0
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from relay_jupyter.core.memory import MemoryRunJournal
-from relay_jupyter.protocol.names import EventType
+from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
 from relay_jupyter.runtime.context import OUTCOME_UNKNOWN, prepare, user_message
 from relay_jupyter.runtime.conversations import MemoryConversations
 from relay_jupyter.runtime.manager import RunManager
@@ -53,3 +55,113 @@ def test_recover_marks_interrupted_and_answers_outcome_unknown(kind, tmp_path):
     assert manager.recover() == []  # idempotent
     if kind == "sqlite":
         store.close()
+
+
+# -- a crash during crash recovery (issue 12): SIGKILL-equivalent at every write point of recovery ----
+
+DEAD_RUNS = ("run_a", "run_b")
+
+
+def _dead_broker_state(data_dir) -> None:
+    """What a broker SIGKILLed with two runs in flight leaves: calls with and without outcomes, a
+    pending permission request of a run and one of a client call (no run), its lease with a dead pid."""
+    import subprocess
+    import sys
+
+    from relay_jupyter.storage.paths import ensure_private_dir
+
+    store = Store.open(ensure_private_dir(data_dir) / "relay.db")
+    try:
+        owner = store.acquire_lease()
+        for n, run_id in enumerate(DEAD_RUNS):
+            conv = f"{ORIGIN}|conv-{n}"
+            store.run_started(run_id, ORIGIN, conv, {"model": "m"})
+            uses = [{"type": "tool_use", "id": f"{run_id}_w{i}", "name": "write_file", "input": {"path": str(i)}}
+                    for i in range(3)]
+            store.save_conversation(conv, ORIGIN, "c", [user_message("go", turn=0),
+                                                        {"role": "assistant", "turn": 0, "content": uses}], {})
+            store.call_intent(run_id, f"{run_id}_w0", "write_file", {"path": "0"})
+            store.call_outcome(run_id, f"{run_id}_w0", {"status": "ok"})
+            store.call_intent(run_id, f"{run_id}_w1", "write_file", {"path": "1"})  # in flight at the kill
+            store.append_event(EventType.PERMISSION_REQUEST, {"request_id": f"pr_{run_id}"}, origin=ORIGIN,
+                               run_id=run_id)
+        store.append_event(EventType.PERMISSION_REQUEST, {"request_id": "pr_client"}, origin=ORIGIN)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        with store.transaction() as conn:
+            conn.execute("UPDATE owners SET pid = ? WHERE owner_id = ?", (gone.pid, owner))
+    finally:
+        store.close()
+
+
+def _check_consistent(data_dir, *, complete: bool) -> None:
+    """Each run is either untouched (unfinished, no terminal event) or fully repaired (interrupted,
+    exactly one terminal event, every call answered with its true outcome, its request resolved)."""
+    store = Store.open(data_dir / "relay.db")
+    try:
+        events = store.events_since(0)
+        resolved = {e.data["request_id"]: e for e in events if e.type == EventType.PERMISSION_RESOLVED}
+        for n, run_id in enumerate(DEAD_RUNS):
+            run = store.get_run(run_id)
+            ends = [e for e in events if e.run_id == run_id and e.type in TERMINAL_EVENTS]
+            if run["finished_at"] is None:
+                assert not complete, f"{run_id} left unfinished"
+                assert ends == [] and f"pr_{run_id}" not in resolved
+                assert store.calls_without_outcome(run_id) != []
+                continue
+            assert run["state"] == "interrupted" and [e.type for e in ends] == [EventType.INTERRUPTED]
+            assert ends[0].data["outcome_unknown"] == [f"{run_id}_w1"]
+            outcomes = {c["call_id"]: c["outcome"] for c in run["calls"]}
+            assert outcomes == {f"{run_id}_w0": {"status": "ok"},  # never loses a recorded outcome
+                                f"{run_id}_w1": {"status": "unknown", "outcome_unknown": True}}
+            answers = {b["tool_use_id"]: b["content"] for b in
+                       store.load_conversation(f"{ORIGIN}|conv-{n}")["messages"][-1]["content"]}
+            assert "completed before the broker stopped" in str(answers[f"{run_id}_w0"])
+            assert OUTCOME_UNKNOWN in str(answers[f"{run_id}_w1"]) and "not run" in str(answers[f"{run_id}_w2"])
+            assert resolved[f"pr_{run_id}"].data["decision"] == "withdrawn"
+            assert resolved[f"pr_{run_id}"].id < ends[0].id
+        assert sum(1 for e in events if e.type == EventType.PERMISSION_RESOLVED) == len(resolved)  # never twice
+        if complete:
+            assert set(resolved) == {f"pr_{r}" for r in DEAD_RUNS} | {"pr_client"}
+            assert store.pending_permissions() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_kill_at_any_write_of_recovery_is_repaired_by_the_next_start(tmp_path):
+    """The broker process doing recovery dies (``os._exit``, no cleanup) at write point N, for every N
+    recovery has; after each death the state is consistent, and the next start finishes the job."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = Path(__file__).with_name("sigkill_broker.py")
+    killed_at = 0
+    for n in range(1, 200):
+        data = tmp_path / f"kill-{n}"
+        _dead_broker_state(data)
+        env = {**os.environ, "RELAY_TEST_CRASH_AT": f"recovery:{n}"}
+        proc = subprocess.run([sys.executable, str(child), "--recover-only", str(data)], env=env,
+                              capture_output=True, timeout=120)
+        if proc.returncode == 0:  # recovery has fewer than n write points: every one was tried
+            _check_consistent(data, complete=True)
+            break
+        assert proc.returncode == 137, proc.stderr.decode(errors="replace")[-2000:]
+        killed_at = n
+        _check_consistent(data, complete=False)
+        # restart (no hook): everything is repaired, exactly once (the child's second recover() in
+        # the same process finds nothing left)
+        again = subprocess.run([sys.executable, str(child), "--recover-only", str(data)],
+                               capture_output=True, timeout=120)
+        assert again.returncode == 0, again.stderr.decode(errors="replace")[-2000:]
+        assert json.loads(again.stdout.decode().strip().splitlines()[-1]) == {"again": []}
+        _check_consistent(data, complete=True)
+    # 2 runs x (before, 2 inside, after) + the orphan request's before/after
+    assert killed_at >= 2 * 4 + 2
+    # and a later start on a repaired dir changes nothing
+    last = subprocess.run([sys.executable, str(child), "--recover-only", str(tmp_path / f"kill-{killed_at}")],
+                          capture_output=True, timeout=120)
+    assert last.returncode == 0
+    _check_consistent(tmp_path / f"kill-{killed_at}", complete=True)

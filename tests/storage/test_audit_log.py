@@ -14,6 +14,7 @@ from relay_jupyter.core.ports import AuditSink
 from relay_jupyter.core.types import AuditRecord, ToolClass
 from relay_jupyter.storage import AuditLog, StoreError
 from relay_jupyter.storage.audit_log import read_audit_file
+from relay_jupyter.storage.errors import StorageUnavailable
 
 
 def rec(i: int = 0, origin: str = "o", **kw) -> AuditRecord:
@@ -144,11 +145,28 @@ def test_no_rotation_when_keep_is_zero(log_path: Path) -> None:
     assert seqs(log_path)[-1] == 10
 
 
-def test_second_writer_refused(log_path: Path) -> None:
-    with AuditLog(log_path), pytest.raises(StoreError, match="in use"):
-        AuditLog(log_path)
-    with AuditLog(log_path) as log:  # free again after close
-        log.append(rec())
+def test_two_writers_share_one_log(log_path: Path) -> None:
+    """Two brokers on one data directory (issue 12): both append to the same file, seq stays unique
+    and increasing across them, rotation by either one is followed by the other."""
+    with AuditLog(log_path, max_bytes=600, keep=50) as a, AuditLog(log_path, max_bytes=600, keep=50) as b:
+        got = [(a if n % 3 else b).append(rec()).seq for n in range(40)]
+        assert got == list(range(1, 41))
+        assert a.tail(5)[-1].seq == b.tail(5)[-1].seq == 40
+    files = [log_path.with_name(f"audit.jsonl.{i}") for i in range(50, 0, -1)] + [log_path]
+    all_seqs = [s for f in files if f.exists() for s in seqs(f)]
+    assert all_seqs == list(range(1, 41))
+    with AuditLog(log_path) as log:  # a later writer continues after both
+        assert log.append(rec()).seq == 41
+
+
+def test_second_writer_drops_a_torn_tail_before_appending(log_path: Path) -> None:
+    with AuditLog(log_path) as a, AuditLog(log_path) as b:
+        a.append(rec())
+        with open(log_path, "ab") as fh:  # what a writer killed in the middle of a short write leaves
+            fh.write(b'{"seq": 2, "ts"')
+        assert b.append(rec()).seq == 2
+        assert a.append(rec()).seq == 3
+    assert seqs(log_path) == [1, 2, 3]
 
 
 def test_closed_log_refuses_append(log_path: Path) -> None:
@@ -235,8 +253,10 @@ def test_failed_write_leaves_no_torn_line(log_path: Path) -> None:
     with AuditLog(log_path) as log:
         log.append(rec())
         with (mock.patch("relay_jupyter.storage.audit_log.os.write", side_effect=short_then_fail),
-              pytest.raises(OSError)):
+              pytest.raises(StorageUnavailable) as refused):
             log.append(rec())
+        # a Refusal with the code a client sees (the gate then runs nothing it could not audit)
+        assert refused.value.code.value == "STORAGE_FULL" and "free some space" in refused.value.message
         assert log.append(rec()).seq == 2
     assert seqs(log_path) == [1, 2]
     assert len(log_path.read_bytes().split(b"\n")) == 3
