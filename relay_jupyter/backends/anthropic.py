@@ -146,8 +146,8 @@ class AnthropicBackend(StreamingBackend):
                     elif kind == "message_stop":
                         complete = True
                 except (AttributeError, TypeError, KeyError, ValueError):
-                    raise failure(Code.BACKEND_ERROR, f"{_SERVER} sent a malformed stream event "
-                                                      f"({redact(getattr(event, 'type', '?'))[:40]})") from None
+                    kind = redact(getattr(event, "type", "?"))[:40]
+                    raise failure(Code.BACKEND_ERROR, f"{_SERVER} sent a malformed stream event ({kind})") from None
         except BackendFailure:
             raise
         except anthropic.APIStatusError as exc:
@@ -159,6 +159,8 @@ class AnthropicBackend(StreamingBackend):
         if not complete:
             # a clean end of stream without message_stop: the answer (and any open tool block) is cut
             raise truncated()
+        if blocks:  # message_stop with a tool block never closed: that call is incomplete, never run
+            raise failure(Code.BACKEND_ERROR, f"{_SERVER} ended the answer with a tool call still open")
         yield Stop(stop_reason)
 
     def _failure(self, exc: BaseException) -> BackendFailure:

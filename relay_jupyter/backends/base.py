@@ -130,7 +130,8 @@ ADVICE = {
                               "server config is right, then run the cell again.",
     Code.BACKEND_TIMEOUT: "The model server is slow or stuck: run the cell again, or raise "
                           "c.RelayApp.turn_timeout / turn_idle_timeout if long answers are expected.",
-    Code.BACKEND_ERROR: "Run the cell again; if it keeps failing, check the model server's logs or status page.",
+    Code.BACKEND_ERROR: "Run the cell again; if it keeps failing, check the model server's logs or status "
+                        "page.",
 }
 
 

@@ -103,7 +103,8 @@ def transport_failure(exc: BaseException, server: str, *, read_timeout: float | 
         seen.add(id(current))
         kind = type(current).__name__
         if isinstance(current, StreamTooLarge):
-            return failure(Code.BACKEND_ERROR, f"{server} sent a stream event larger than {current.limit} bytes")
+            return failure(Code.BACKEND_ERROR,
+                           f"{server} sent a stream event larger than {current.limit} bytes")
         if isinstance(current, StreamCompressed):
             return failure(Code.BACKEND_ERROR, f"{server} compressed its event stream ({current}) although "
                                                "relay asked for none")

@@ -183,8 +183,8 @@ class OpenAIBackend(StreamingBackend):
                                 finish = _FINISH.get(choice["finish_reason"], choice["finish_reason"])
                                 ended = True
                     except (AttributeError, TypeError, ValueError):
-                        raise failure(Code.BACKEND_ERROR,
-                                      f"{self._server} sent a malformed stream chunk (unexpected shape)") from None
+                        raise failure(Code.BACKEND_ERROR, f"{self._server} sent a malformed stream chunk "
+                                                          "(unexpected shape)") from None
         except BackendFailure:
             raise
         except Exception as exc:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backends.demo import DEMO_MODEL, DemoBackend
-from ..core.protected import ProtectedPaths
+from ..core.protected import ProtectedPaths, ReadRoots
 from ..storage.checkpoints import CheckpointJournal
-from ..storage.paths import config_dir, data_dir, runtime_dir
+from ..storage.paths import data_dir
+from .conversation_keys import migrate_legacy_keys
 from ..workspace.scratch import WorkspaceManager
 from ..workspace.tools import WorkspaceTools
 from .runs import backends_from_config, install_runtime
@@ -30,19 +31,53 @@ __all__ = ["install_components", "start_components", "stop_components"]
 log = logging.getLogger("relay_jupyter.broker")
 
 
+def jupyter_dirs() -> dict[str, list[Path]]:
+    """Every Jupyter config, data and runtime dir this server uses (what ``jupyter --paths`` lists:
+    ``JUPYTER_CONFIG_DIR``/``JUPYTER_CONFIG_PATH``, the user, sys-prefix and system dirs)."""
+    from jupyter_core.paths import (
+        jupyter_config_dir,
+        jupyter_config_path,
+        jupyter_data_dir,
+        jupyter_path,
+        jupyter_runtime_dir,
+    )
+
+    return {"config": [Path(p) for p in dict.fromkeys([jupyter_config_dir(), *jupyter_config_path()])],
+            "data": [Path(p) for p in dict.fromkeys([jupyter_data_dir(), *jupyter_path()])],
+            "runtime": [Path(jupyter_runtime_dir())]}
+
+
+def protected_paths(broker: Broker, root: Path, relay_dir: Path, config_dirs: list[Path] | None = None
+                    ) -> ProtectedPaths:
+    """The refusal rules of the Jupyter root: by role (relay data dir, every Jupyter dir, the MCP
+    config and secrets file wherever they are), by name, and the credential stores."""
+    from ..mcp.config import default_config_path
+
+    dirs = jupyter_dirs()
+    cfg = broker.config
+    return ProtectedPaths.for_jupyter(
+        root, data_dir=relay_dir, config_dirs=[*(config_dirs or []), *dirs["config"]], data_dirs=dirs["data"],
+        runtime_dir=dirs["runtime"][0], mcp_config=Path(cfg.mcp_config_path or default_config_path()),
+        secrets_file=Path(cfg.secrets_file) if cfg.secrets_file else None, secret_globs=cfg.secret_globs)
+
+
 def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str, Any] | None = None,
-                       config_dirs: list[Path] | None = None) -> None:
+                       config_dirs: list[Path] | None = None, user_umask: int | None = None) -> None:
     """Install workspace tools, checkpoints, the runtime (recovering interrupted runs) and the MCP
-    registry (not yet started: see :func:`start_components`)."""
+    registry (not yet started: see :func:`start_components`).
+
+    ``user_umask`` is the umask the user started the server with (the daemon sets 077 for itself
+    and passes the previous value); None reads this process's own. New files a push creates get
+    ``0o666 & ~user_umask``."""
     root = Path(jupyter_root).resolve()
     relay_dir = Path(broker.config.data_dir) if broker.config.data_dir else data_dir()
     if not broker.config.in_memory:
         # checkpoints carry the broker's lease: reconcile settles only those of dead brokers
         broker.checkpoints = CheckpointJournal(relay_dir / "relay.db", owner=getattr(broker.store, "owner_id", None))
         manager = WorkspaceManager(relay_dir / "workspaces")
-        protected = ProtectedPaths.for_jupyter(
-            root, data_dir=relay_dir, config_dirs=config_dirs or [config_dir()], runtime_dir=runtime_dir())
-        broker.workspace_tools = WorkspaceTools(manager, root, broker.checkpoints, protected)
+        protected = protected_paths(broker, root, relay_dir, config_dirs)
+        broker.workspace_tools = WorkspaceTools(manager, root, broker.checkpoints, protected,
+                                                read_roots=ReadRoots(broker.config.read_roots), umask=user_umask)
         for problem in broker.workspace_tools.reconcile():
             log.warning("checkpoint reconciled after a crash: %s", problem)
     if backends is None:
@@ -58,6 +93,9 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
         broker.config = broker.config.model_copy(update={"default_backend": first})
     install_runtime(broker, backends)
     broker.mcp = _mcp_registry(broker)
+    # after the runtime's crash repair (which reads runs by the ids they were stored with)
+    migrate_legacy_keys(broker.runs.conversations,
+                        None if broker.config.in_memory else relay_dir / "workspaces")
 
 
 def _mcp_registry(broker: Broker) -> Any:

@@ -103,6 +103,13 @@ class BrokerConfig(BaseModel):
     default_model: str = "claude-sonnet-4-5"
     default_backend: Literal["anthropic", "openai"] = "anthropic"
     allowed_models: tuple[str, ...] = ()
+    read_roots: tuple[str, ...] = ("{notebook_dir}",)
+    """Directories (relative to the Jupyter root) a ``scratch_pull`` reads without a card; elsewhere a pull
+    is a write (one click). ``{notebook_dir}``: the calling notebook's own directory (daemon clients have
+    none); ``.``: the whole root; empty: every pull asks. See docs/workspace.md."""
+    secret_globs: tuple[str, ...] = ()
+    """More credential globs refused for pull and push even with approval (beside the built-in
+    ``.ssh/``, ``.env``, ``*.pem``...); without ``/`` a glob matches any path component."""
     """Models the broker allows at all ('' = every model a grant names)."""
     default_tools: tuple[str, ...] = ("list_variables", "describe_dataframe")
     """Tools a connect card proposes by default."""

@@ -49,7 +49,7 @@ from ..runtime.tools import (
     ToolResult,
     WorkspaceToolsProvider,
 )
-from .conversation_keys import conversation_key
+from .conversation_keys import conversation_key, conversation_name
 from .registry import method
 
 if TYPE_CHECKING:
@@ -59,10 +59,8 @@ __all__ = ["install_runtime", "backends_from_config", "BrokerTools", "conversati
 
 
 def _public(row: dict[str, Any]) -> dict[str, Any]:
-    """A stored conversation row as its client knows it: the name without the origin prefix."""
-    prefix = f"{row.get('origin')}|"
-    conv_id = row.get("conv_id", "")
-    return {**row, "conv_id": conv_id[len(prefix):] if conv_id.startswith(prefix) else conv_id}
+    """A stored conversation row as its client knows it: the name of its (origin, name) key."""
+    return {**row, "conv_id": conversation_name(row.get("conv_id", ""), row.get("origin"))}
 
 
 class BrokerTools:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, Refusal, RoutingRefusal
-from ..core.types import PermissionMode, ToolRequest, ToolSpec
+from ..core.types import PermissionMode, ToolClass, ToolRequest, ToolSpec, stricter
 from ..protocol.models_control import (
     ToolInfo,
     ToolsCallParams,
@@ -108,8 +108,13 @@ async def execute_client_call(broker: Broker, caller: Caller, origin: str, conve
     reasons: tuple[str, ...] = ()
     preview: dict[str, Any] = {}
     if provider == "workspace" and hasattr(broker.workspace_tools, "preflight"):
-        found_reasons, preview = await broker.workspace_tools.preflight(conversation, tool, arguments)
+        found_reasons, preview = await broker.workspace_tools.preflight(conversation, tool, arguments,
+                                                                        origin=origin)
         reasons = tuple(found_reasons)
+        preview = dict(preview)
+        cls = preview.pop("tool_class", None)  # a pull outside the read roots is write for this call
+        if cls:
+            spec = spec.model_copy(update={"tool_class": stricter(spec.tool_class, ToolClass(cls))})
     req = ToolRequest(origin=origin, tool=spec, arguments=arguments, call_id=f"cc_{secrets.token_hex(8)}",
                       conversation=conversation, originator=caller.client_id, mode=PermissionMode.ASK,
                       reasons=reasons, preview=preview)

@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..core.caller import Caller
 from ..core.errors import Code, RoutingRefusal, WorkspaceRefusal
 from ..core.types import AuditRecord
+from ..protocol.models_runs import ConversationName
 from ..protocol.names import EventType, Method
+from .conversation_keys import conversation_key, conversation_name
 from .registry import method
 
 if TYPE_CHECKING:
@@ -79,8 +81,9 @@ class CheckpointsRevertResult(_Strict):
 
 
 class WorkspaceDiffParams(_Strict):
-    conversation: str = Field(min_length=1, max_length=200)
-    """The caller's conversation name (as in ``run.start``); the broker keys it by the caller's origin."""
+    conversation: ConversationName
+    """The caller's conversation name (as in ``run.start``, same pattern); the broker keys the workspace
+    by the pair (caller's origin, name)."""
     path: str = Field(min_length=1, max_length=4096)
     """Relative path, both in the scratch workspace and in the Jupyter root."""
     origin: str | None = None
@@ -117,6 +120,8 @@ async def checkpoints_list(broker: Broker, caller: Caller, params: CheckpointsLi
     infos = []
     for c in rows:
         pub = c.public()
+        if pub.get("conversation"):  # the client's name, not the broker's (origin, name) key
+            pub["conversation"] = conversation_name(pub["conversation"], c.origin)
         infos.append(CheckpointInfo(**pub))
     return CheckpointsListResult(checkpoints=infos)
 
@@ -159,7 +164,6 @@ async def workspace_diff(broker: Broker, caller: Caller, params: WorkspaceDiffPa
 
     from ..workspace.tools import MAX_PREVIEW_DIFF_INPUT, MAX_RESULT_DIFF
     from .broker import require
-    from .conversation_keys import conversation_key
 
     origin = _origin(caller, params.origin)
     tools = require(getattr(broker, "workspace_tools", None), "the scratch workspace")
@@ -175,7 +179,13 @@ async def workspace_diff(broker: Broker, caller: Caller, params: WorkspaceDiffPa
             # looking must not create a workspace for a conversation that never had one
             raise WorkspaceRefusal(Code.NOT_FOUND, f"{params.path!r} is not in this conversation's workspace",
                                    data={"path": params.path})
-        data = tools.manager.for_conversation(key).read(params.path)
+        ws = tools.manager.for_conversation(key)
+        # bound before work: both sizes from stat, nothing read when the diff would be over the limit
+        new_size, old_size = ws.stat(params.path).st_size, tools.files.size(params.path)
+        if new_size + (old_size or 0) > MAX_PREVIEW_DIFF_INPUT:
+            return WorkspaceDiffResult(path=params.path, target_exists=old_size is not None, diff="",
+                                       note=f"files too large to diff ({new_size + (old_size or 0)} bytes)")
+        data = ws.read(params.path)
         current = tools.files.read(params.path)
         out = {"path": params.path, "target_exists": current is not None}
         old = current or b""

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from .. import __version__
 from ..core.errors import RelayError
 
 # Modules that contribute subcommands, in help order. Each has register(subparsers).
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jupyter relay",
         description="relay-jupyter broker: serve it standalone, manage grants, tokens and tool pins.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _GROUPS:
         try:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from ..broker.config import BrokerConfig
 from ..core.errors import Code, ConfigRefusal
 from ..server.daemon import DaemonOptions, parse_listen, run
+from ..server.jupyter_config import broker_settings_from_files
 
 __all__ = ["broker_config", "register"]
 
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--data-dir", metavar="PATH",
                    help="store, audit, token and logs (default: <jupyter data dir>/relay)")
     p.add_argument("--config", metavar="FILE",
-                   help="JSON object of broker settings (the c.RelayApp.* names: consent_timeout, "
+                   help="JSON object of broker settings, over the c.RelayApp.* of the Jupyter config files (same names: consent_timeout, "
                         "anthropic_base_url, mcp_config_path, pricing, ...)")
     p.add_argument("--consent-timeout", type=float, metavar="SECONDS",
                    help="seconds a permission request waits before it is denied (default 300)")
@@ -42,21 +43,24 @@ def register(subparsers: Any) -> None:
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
-    """The broker settings from ``--config`` overlaid with the individual flags.
+    """The broker settings: ``c.RelayApp.*`` from the user's Jupyter config files
+    (:mod:`relay_jupyter.server.jupyter_config`), overlaid with ``--config`` and then the individual flags.
 
     Raises:
         ConfigRefusal: CONFIG_INVALID naming the file or the first bad setting.
     """
-    values: dict[str, Any] = {}
+    # the user's Jupyter config files first (c.RelayApp.*, as inside Jupyter), then --config, then flags
+    values: dict[str, Any] = broker_settings_from_files()
     if args.config:
         try:
-            values = json.loads(Path(args.config).read_text())
+            loaded = json.loads(Path(args.config).read_text())
         except OSError as exc:
             raise ConfigRefusal(Code.CONFIG_INVALID, f"cannot read {args.config}: {exc.strerror}") from None
         except ValueError as exc:
             raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.config} is not valid JSON: {exc}") from None
-        if not isinstance(values, dict):
+        if not isinstance(loaded, dict):
             raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.config} must hold a JSON object of settings")
+        values.update(loaded)
     for flag, key in (("data_dir", "data_dir"), ("consent_timeout", "consent_timeout"),
                       ("mcp_config", "mcp_config_path"), ("secrets_file", "secrets_file")):
         value = getattr(args, flag, None)

@@ -12,6 +12,10 @@
   file's own ending. A BOM and a missing final newline are preserved.
 * The result is a unified diff computed from the edit windows (:func:`core.diff.unified_diff_spans`),
   never the new file.
+* Bounds before work: the result's size is computed from the matches (``len(content) + sum of
+  len(new) - len(old)``) before anything is joined, and a result over ``max_result_bytes`` (the
+  caller's quota and per-call memory bound) is refused with ``QUOTA_EXCEEDED`` having allocated
+  nothing but the match offsets. A ``replace_all`` that multiplies a file costs nothing to refuse.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from .diff import DiffResult, unified_diff_spans
 from .errors import Code, WorkspaceRefusal
 from .textfile import check_text, line_ending, to_ending
 
-__all__ = ["Edit", "EditOutcome", "apply_edits", "normalize_line"]
+__all__ = ["Edit", "EditOutcome", "apply_edits", "normalize_line", "MAX_REPLACEMENTS"]
 
 _QUOTES = {
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
@@ -33,6 +37,9 @@ _QUOTES = {
 _DASHES = {c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"}
 _FOLD = str.maketrans({**_QUOTES, **_DASHES, "\ufeff": None})
 _MAX_REPORTED = 5
+#: Most replacements one call may make: the match offsets are the only thing held before the
+#: size check, and this bounds them (~100 bytes each) whatever the file and needle.
+MAX_REPLACEMENTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -103,25 +110,28 @@ class _Lines:
         return start, end
 
 
-def _exact(content: bytes, needle: bytes, replace_all: bool) -> list[int]:
-    """Start offsets of ``needle``: every non-overlapping one, or (unique mode) up to two, overlaps counted."""
+def _exact(content: bytes, needle: bytes, replace_all: bool, cap: int = MAX_REPLACEMENTS) -> list[int]:
+    """Start offsets of ``needle``: every non-overlapping one (at most ``cap + 1``: the caller refuses
+    more than ``cap``), or (unique mode) up to two, overlaps counted."""
     out: list[int] = []
     pos = content.find(needle)
     while pos >= 0:
         out.append(pos)
-        if not replace_all and len(out) > 1:
+        if (not replace_all and len(out) > 1) or len(out) > cap:
             break
         pos = content.find(needle, pos + (len(needle) if replace_all else 1))
     return out
 
 
-def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "") -> EditOutcome:
+def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "",
+                max_result_bytes: int | None = None) -> EditOutcome:
     """Apply ``edits`` to ``content`` all-or-nothing and return the new bytes and their diff.
 
     Raises:
         WorkspaceRefusal: ``NOT_TEXT`` (not UTF-8, NUL bytes), ``EDIT_NO_MATCH``, ``EDIT_AMBIGUOUS``
             (several matches without ``replace_all``, or overlapping edits), ``INVALID_ARGUMENTS``
-            (no edits, empty ``old_text``).
+            (no edits, empty ``old_text``), ``QUOTA_EXCEEDED`` (the result would be larger than
+            ``max_result_bytes``; decided before the result is built).
     """
     if not edits:
         raise WorkspaceRefusal(Code.INVALID_ARGUMENTS, "give at least one edit", data={"path": path})
@@ -139,9 +149,10 @@ def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "") -> Edi
                 data={"path": path, "edit": n})
         old_b = to_ending(edit.old_text, eol)
         new_b = to_ending(edit.new_text, eol)
-        found = _exact(content, old_b, edit.replace_all)
+        found = _exact(content, old_b, edit.replace_all, MAX_REPLACEMENTS - len(spans))
         if len(found) > 1 and not edit.replace_all:
             raise _ambiguous(content, found, label, path, n)
+        _check_count(len(spans) + len(found), path)
         if found:
             spans.extend((s, s + len(old_b), new_b, n) for s in found)
             continue
@@ -168,6 +179,7 @@ def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "") -> Edi
                     kept.append(i)
             hits = kept
         fuzzy.append(n)
+        _check_count(len(spans) + len(hits), path)
         for i in hits:
             s, e = lines.span(i, len(want), through_eol)
             rep = new_b
@@ -183,6 +195,13 @@ def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "") -> Edi
                 Code.EDIT_AMBIGUOUS,
                 f"{which} overlap near line {_line_no(content, s2)}; merge them into one edit",
                 data={"path": path, "line": _line_no(content, s2)})
+    result_size = len(content) + sum(len(rep) - (e - s) for s, e, rep, _ in spans)
+    if max_result_bytes is not None and result_size > max_result_bytes:
+        raise WorkspaceRefusal(
+            Code.QUOTA_EXCEEDED,
+            f"the edit would make {path or 'the file'} {result_size} bytes ({len(spans)} replacement(s)); "
+            f"the limit for this file is {max_result_bytes} bytes, so nothing was changed",
+            data={"path": path, "size": result_size, "max": max_result_bytes, "replacements": len(spans)})
     # memoryview slices: the unchanged stretches are copied once, by the join, not twice.
     view = memoryview(content)
     pieces: list[bytes | memoryview] = []
@@ -199,6 +218,15 @@ def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "") -> Edi
         content, new, [(s, e, len(rep)) for s, e, rep, _ in spans],
         old_label=f"a/{label_path}", new_label=f"b/{label_path}")
     return EditOutcome(new, diff, len(spans), tuple(fuzzy))
+
+
+def _check_count(count: int, path: str) -> None:
+    if count > MAX_REPLACEMENTS:
+        raise WorkspaceRefusal(
+            Code.QUOTA_EXCEEDED,
+            f"the edit would make more than {MAX_REPLACEMENTS} replacements in {path or 'the file'}; "
+            "nothing was changed (write the new content with scratch_write instead)",
+            data={"path": path, "max_replacements": MAX_REPLACEMENTS})
 
 
 def _ambiguous(content: bytes, found: list[int], label: str, path: str, n: int) -> WorkspaceRefusal:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["LINE_MASK", "MASK", "looks_secret", "mask_secret_lines", "mask_secret_text", "redact", "secret_key"]
+__all__ = ["LINE_MASK", "MASK", "looks_secret", "mask_argv", "mask_secret_lines", "mask_secret_text", "redact",
+           "secret_key"]
 
 MASK = "<masked>"
 LINE_MASK = "<line masked: looks like a secret>"
@@ -162,6 +163,32 @@ def mask_secret_text(text: str) -> str:
             if masked is not text:
                 text, low = masked, masked.lower()
     return text
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """A command line as it may be shown: the value of every secret-named flag (``--token X``,
+    ``--api-key=X``, ``-e GITHUB_TOKEN=X``, ``API_KEY=X``) and every secret-shaped argument is
+    :data:`MASK`. MCP servers take tokens on their command line (``env`` values are never shown, and a
+    listing must not print what ``env`` would have hidden)."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if not isinstance(arg, str):
+            raise TypeError("mask_argv() takes a list of str")
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        name, eq, value = arg.partition("=")
+        if eq and value and secret_key(name.lstrip("-")) and not _key_flags(name)[1]:
+            out.append(f"{name}={MASK}")
+            continue
+        if arg.startswith("-") and not eq and secret_key(arg.lstrip("-")) and not _key_flags(arg)[1]:
+            out.append(arg)
+            mask_next = True
+            continue
+        out.append(mask_secret_text(arg))
+    return out
 
 
 def mask_secret_lines(lines: list[str]) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .rendering import visible
 from .widgets.consent_card import card_text, offered_scopes
 
 __all__ = ["SURFACES", "Answer", "ConsentPolicy", "ask", "detect_surface"]
@@ -121,7 +122,7 @@ async def ask(data: dict[str, Any], surface: str, policy: ConsentPolicy, shell: 
             answer = Answer("allow", "once", "policy:allowlist")
         else:
             answer = Answer("deny", "once", f"policy:{'deny' if policy.headless_policy != 'allowlist' else 'allowlist'}")
-        print(f"relay: {answer.decision} {tool} (headless, {answer.answered_by})", flush=True)
+        print(f"relay: {answer.decision} {visible(tool, newlines=False)} (headless, {answer.answered_by})", flush=True)
         return answer
     if surface == "input":
         return await _ask_input(data, timeout, in_kernel=getattr(shell, "kernel", None) is not None)

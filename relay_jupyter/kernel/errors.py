@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .rendering import visible
+
 __all__ = ["AgentError", "AgentUsageError", "BrokerUnreachable", "RpcError", "message_for"]
 
 
@@ -68,12 +70,19 @@ _HINTS: dict[str, str] = {
     "UNAUTHORIZED": "this notebook has no grant yet; run %%agent interactively once to connect",
     "SCOPE_EXCEEDED": "the tool is not in this notebook's grant; see relay.grants()",
     "CONSENT_DENIED": "the action was denied",
+    # the broker's backend messages already end with these sentences (backends/base.py ADVICE): not repeated
+    "BACKEND_UNREACHABLE": "check that the model server is running and that its URL in the relay server config "
+                           "is right, then run the cell again",
+    "BACKEND_TIMEOUT": "the model server is slow or stuck: run the cell again, or raise c.RelayApp.turn_timeout / "
+                       "turn_idle_timeout if long answers are expected",
+    "BACKEND_ERROR": "run the cell again; if it keeps failing, check the model server's logs or status page",
 }
 
 
 def message_for(code: str | None, message: str) -> str:
     """One line for a stable code: the broker's message plus what to do (never a secret)."""
-    line = " ".join(str(message).split()) or (code or "error")
+    # one line, and a terminal escape or bidi override in a broker or server message is shown, not obeyed
+    line = visible(" ".join(str(message).split())) or (code or "error")
     hint = _HINTS.get(code or "")
     if code:
         line = f"{line} [{code}]"

@@ -22,6 +22,7 @@ from .errors import AgentError, RpcError
 from .follower import RunFollower, Ticker
 from .prewarm import wait_prewarm
 from .render import StreamView, TextSink
+from .rendering import visible
 from .tools import KernelTools, summarize
 
 __all__ = ["EventPump", "RunOptions", "Session"]
@@ -220,7 +221,8 @@ class Session:
         budget = {"tokens_per_day": 200_000, "cost_per_day_usd": 5.0, "requests_per_minute": 30.0}
         if surface == "input":
             names = [str(t.get("name")) for t in tools]
-            print(f"relay: connect this notebook? model {model}; tools {', '.join(names) or 'none'}; budget {budget}")
+            shown = visible(", ".join(names), newlines=False) or "none"
+            print(f"relay: connect this notebook? model {visible(model, newlines=False)}; tools {shown}; budget {budget}")
             reply = input("Connect? [y/N]: ").strip().lower()
             request = {"tools": names, "models": [model], "budget": budget} if reply.startswith("y") else None
         else:

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..core.errors import Code, ConfigRefusal
+from ..core.redact import mask_argv, mask_secret_text
 from ..storage.paths import config_dir
 from .policy import check_endpoint, check_headers
 
@@ -102,8 +103,14 @@ class StdioServerConfig(_Entry):
         """The command line, as bound into tool digests (env is left out: it may hold secrets)."""
         return shlex.join([self.command, *self.args])
 
+    @property
+    def shown_source(self) -> str:
+        """The command line as listings show it: secret-named flags' values and token-shaped arguments
+        masked (:func:`~relay_jupyter.core.redact.mask_argv`). ``source`` stays exact for digests."""
+        return shlex.join(mask_argv([self.command, *self.args]))
+
     def __repr__(self) -> str:
-        return f"StdioServerConfig(name={self.name!r}, source={self.source!r}, env=<{len(self.env)} hidden>)"
+        return f"StdioServerConfig(name={self.name!r}, source={self.shown_source!r}, env=<{len(self.env)} hidden>)"
 
     __str__ = __repr__
 
@@ -137,8 +144,14 @@ class HttpServerConfig(_Entry):
         """The URL, as bound into tool digests."""
         return self.url
 
+    @property
+    def shown_source(self) -> str:
+        """The URL as listings show it (the endpoint policy already refuses credentials in it; a
+        token-shaped query value is masked all the same)."""
+        return mask_secret_text(self.url)
+
     def __repr__(self) -> str:
-        return f"HttpServerConfig(name={self.name!r}, url={self.url!r}, headers=<{len(self.headers)} hidden>)"
+        return f"HttpServerConfig(name={self.name!r}, url={self.shown_source!r}, headers=<{len(self.headers)} hidden>)"
 
     __str__ = __repr__
 

@@ -91,7 +91,7 @@ def _param_is_secret(name: str) -> bool:
 
 
 def check_endpoint(url: str, *, allow_insecure: Iterable[tuple[str, int]] = ()) -> str:
-    """Return ``url`` unchanged when the policy allows it; raise ``ConfigRefusal(ENDPOINT_REFUSED)`` otherwise.
+    """Return ``url`` unchanged when the policy allows it; else raise ``ConfigRefusal(ENDPOINT_REFUSED)``.
 
     ``allow_insecure`` holds ``(host, port)`` pairs (from :func:`parse_insecure_endpoints`) that may
     be reached over plain http although they are not loopback. The message never repeats a
@@ -159,8 +159,8 @@ def _check(url: str, what: str, plural: str, instead: str, allow_insecure: froze
         where = f"{host}:{port}" if port else host
         also = (f', or list "http://{host}:{port or 80}" in {allow_setting} to accept plain http to it'
                 if allow_setting else "")
-        raise _refuse(f"plain http is allowed only to loopback (localhost, 127.0.0.1, ::1); use https for {where}"
-                      + also)
+        raise _refuse("plain http is allowed only to loopback (localhost, 127.0.0.1, ::1); "
+                      f"use https for {where}{also}")
     for name, _value in parse_qsl(parts.query, keep_blank_values=True):
         if _param_is_secret(name):
             raise _refuse(f"{what} carries a credential in its query (parameter {name!r}); {instead}")

@@ -213,7 +213,7 @@ class McpRegistry:
                 ServerStatus(
                     name=name,
                     transport="stdio" if isinstance(cfg, StdioServerConfig) else "http",
-                    source=cfg.source,
+                    source=cfg.shown_source,  # listings never show a token passed on the command line
                     state=state,
                     error=server.error,
                     protocol_version=conn.protocol_version,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.types import AuditRecord, Budget, Grant
+from .models_runs import ConversationName
 
 __all__ = [
     "AuditTailParams",
@@ -193,7 +194,7 @@ class TrustRevokeParams(Strict):
 
 
 class ToolsListParams(Strict):
-    conversation: str | None = Field(default=None, min_length=1, max_length=200)
+    conversation: ConversationName | None = None
     origin: str | None = _ORIGIN
 
 
@@ -212,7 +213,7 @@ class ToolsListResult(Strict):
 
 
 class ToolsCallParams(Strict):
-    conversation: str = _ID
+    conversation: ConversationName
     tool: str = Field(min_length=1, max_length=400)
     arguments: dict[str, Any] = Field(default_factory=dict)
     origin: str | None = _ORIGIN

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,12 +19,19 @@ __all__ = [
     "ConversationsDeleteParams",
     "ConversationsDeleteResult",
     "MAX_PROMPT_CHARS",
+    "CONVERSATION_NAME_PATTERN",
+    "ConversationName",
 ]
 
 #: Largest prompt, and largest single attachment, in characters.
 MAX_PROMPT_CHARS = 1_000_000
 
 _ID = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@#/\-]+$")
+#: The one pattern of a conversation name, in every params model that takes one (run.start,
+#: conversations.*, tools.call, tools.list, workspace.diff). No ``|``, quotes or spaces: the broker
+#: keys a conversation by the pair (origin, name), never by a joined string (broker/conversation_keys).
+CONVERSATION_NAME_PATTERN = r"^[A-Za-z0-9._:@#/\-]{1,200}$"
+ConversationName = Annotated[str, Field(min_length=1, max_length=200, pattern=CONVERSATION_NAME_PATTERN)]
 
 
 class _Strict(BaseModel):
@@ -39,7 +46,7 @@ class Attachment(_Strict):
 
 
 class RunStartParams(_Strict):
-    conversation: str = _ID
+    conversation: ConversationName
     """Conversation id (one per notebook cell chain); a run appends a turn to it."""
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     attachments: list[Attachment] = Field(default_factory=list, max_length=32)
@@ -78,7 +85,7 @@ class ConversationsListResult(_Strict):
 
 
 class ConversationsForkParams(_Strict):
-    conversation: str = _ID
+    conversation: ConversationName
     at_turn: int = Field(ge=0)
     """Drop this turn and every later one (re-running an earlier cell replaces its turn)."""
     origin: str | None = None
@@ -92,7 +99,7 @@ class ConversationsForkResult(_Strict):
 
 
 class ConversationsDeleteParams(_Strict):
-    conversation: str = _ID
+    conversation: ConversationName
     origin: str | None = None
 
 

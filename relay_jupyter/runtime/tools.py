@@ -13,10 +13,12 @@ import difflib
 import hashlib
 import inspect
 import json
+import shlex
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.redact import mask_argv, mask_secret_text
 from ..core.types import PermissionMode, ToolClass, ToolSpec, canonical_json
 
 __all__ = [
@@ -54,8 +56,18 @@ def tool_identity(spec: ToolSpec) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _shown_source(source: str) -> str:
+    """A tool's source as a card may show it: a token on the MCP server's command line is masked (the
+    digest keeps the exact command line; docs/mcp.md)."""
+    try:
+        return shlex.join(mask_argv(shlex.split(source)))
+    except ValueError:  # not shell-splittable: mask token shapes in the text itself
+        return mask_secret_text(source)
+
+
 def _shown(spec: ToolSpec) -> dict[str, Any]:
-    return {"name": spec.name, "server": spec.server, "source": spec.source, "description": spec.description,
+    return {"name": spec.name, "server": spec.server, "source": _shown_source(spec.source),
+            "description": spec.description,
             "input_schema": spec.input_schema, "annotations": spec.hints, "tool_class": spec.tool_class.value}
 
 
@@ -207,9 +219,12 @@ class WorkspaceToolsProvider:
         return list(self._ws.specs())
 
     async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """``reasons, preview = await preflight(conversation, tool, args)``."""
-        reasons, preview = await self._ws.preflight(ctx.conversation, name, args)
-        return Preflight(tuple(reasons or ()), dict(preview or {}))
+        """``reasons, preview = await preflight(conversation, tool, args, origin=...)``; a preview key
+        ``tool_class`` (a pull outside the read roots: ``write``) becomes this call's class."""
+        reasons, preview = await self._ws.preflight(ctx.conversation, name, args, origin=ctx.origin)
+        preview = dict(preview or {})
+        cls = preview.pop("tool_class", None)
+        return Preflight(tuple(reasons or ()), preview, tool_class=ToolClass(cls) if cls else None)
 
     async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                    approved_preview: dict[str, Any]) -> ToolResult:

@@ -8,6 +8,7 @@ Enabled on install by ``jupyter-config/server-config/relay_jupyter.json`` (share
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,26 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
-from ..broker.kernel_bridge import end_kernel
 from ..core.errors import ConfigRefusal
+from ..broker.kernel_bridge import end_kernel
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
 __all__ = ["RelayApp"]
 
+
+def _route_relay_logs(server_log: logging.Logger) -> None:
+    """relay's module loggers (``relay_jupyter.*``) write through the Jupyter server's handlers at its level:
+    the server's format and ``--debug`` apply, instead of Python's bare last-resort output."""
+    relay_log = logging.getLogger("relay_jupyter")
+    for handler in server_log.handlers:
+        if handler not in relay_log.handlers:
+            relay_log.addHandler(handler)
+    relay_log.setLevel(server_log.getEffectiveLevel())
+    relay_log.propagate = not server_log.handlers
+
 _PRUNE_EVERY_MS = 3_600_000
+_log = logging.getLogger(__name__)
 
 
 class RelayApp(ExtensionApp):
@@ -36,6 +49,10 @@ class RelayApp(ExtensionApp):
     name = "relay_jupyter"
     description = "A safe AI agent in Jupyter: the broker that gates every tool call."
     load_other_extensions = True
+
+    def _config_file_name_default(self) -> str:
+        # jupyter_relay_config.{py,json}: the name the standalone daemon reads too (server/jupyter_config.py)
+        return "jupyter_relay_config"
 
     consent_timeout = Float(300.0, config=True, help="Seconds a permission request waits before it is denied.")
     kernel_tool_timeout = Float(60.0, config=True, help="Seconds to wait for a kernel to answer a kernel tool.")
@@ -74,6 +91,13 @@ class RelayApp(ExtensionApp):
     data_dir = Unicode("", config=True, help="Where the relay database and audit log live "
                                              "(default: <jupyter data dir>/relay).")
     in_memory = Bool(False, config=True, help="Keep grants, events and audit in memory only (tests).")
+    read_roots = List(Unicode(), ["{notebook_dir}"], config=True,
+                      help="Directories relative to the Jupyter root that scratch_pull reads without a card "
+                           "('{notebook_dir}': the notebook's own directory; '.': the whole root; empty: "
+                           "every pull asks). Credential stores are refused everywhere.")
+    secret_globs = List(Unicode(), [], config=True,
+                        help="More credential globs (e.g. '*.kdbx', 'private/*') that pull and push refuse "
+                             "even with approval.")
 
     def broker_config(self) -> BrokerConfig:
         """The traitlets as a validated :class:`BrokerConfig`."""
@@ -103,6 +127,8 @@ class RelayApp(ExtensionApp):
             default_tools=tuple(self.default_tools),
             headless_policy=self.headless_policy,
             secret_env_vars=tuple(self.secret_env_vars),
+            read_roots=tuple(self.read_roots),
+            secret_globs=tuple(self.secret_globs),
         )
 
     def _secret_values(self) -> list[str]:
@@ -123,12 +149,14 @@ class RelayApp(ExtensionApp):
         A configuration the broker refuses (a model URL outside the endpoint policy, an unsafe secrets
         file, ...) stops the server with one line naming the setting: failing closed, not a server
         whose agent silently does not work (or sends a key in clear text)."""
+        _route_relay_logs(self.serverapp.log)
         try:
             self.broker = Broker.open(self.broker_config())
             install_components(self.broker, jupyter_root=Path(self.serverapp.root_dir))
         except ConfigRefusal as exc:
             self.log.critical("relay: %s [%s]", exc.message, exc.code.value)
             raise SystemExit(2) from None
+        _log.debug("relay: broker open for the Jupyter root %s", self.serverapp.root_dir)
         self.kernel_credentials = KernelCredentials()
         self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials})
         install_kernel_env_hook(

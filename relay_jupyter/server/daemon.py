@@ -206,7 +206,9 @@ class _Daemon:
 
     async def run(self) -> int:
         opts = self.options
-        os.umask(0o077)  # every file the daemon creates (logs, token, state, socket) is private
+        # every file the daemon creates (logs, token, state, socket) is private; the user's umask is
+        # kept for the files a push creates in the Jupyter root (broker.assembly, workspace/rootfiles)
+        user_umask = os.umask(0o077)
         root = ensure_private_dir(Path(opts.config.data_dir)) if opts.config.data_dir else default_data_dir()
         file_handler = _setup_logging(root)
         auth_log = AuthLog(root / LOG_DIR / AUTH_LOG)
@@ -246,7 +248,7 @@ class _Daemon:
                 raise
             # the same parts as inside Jupyter (workspace, runtime + backends or the demo, MCP); the
             # directory the daemon starts in is its Jupyter root (where a push lands)
-            install_components(broker, jupyter_root=Path.cwd())
+            install_components(broker, jupyter_root=Path.cwd(), user_umask=user_umask)
             # kept referenced so the task is not collected; a slow MCP server must not delay the start
             self.mcp_start = asyncio.ensure_future(start_components(broker))
             app = make_app(broker, gate, activity=gate, scrub=gate.scrub)

@@ -47,8 +47,8 @@ from .loopback import ClientDisconnected, HTTPRequest, LoopbackServer, RecordedR
 
 __all__ = ["FAULTS", "FaultModelServer"]
 
-FAULTS = ("ok", "stall_pings", "stall_silent", "trickle", "truncate", "oversized", "malformed_json", "malformed_sse",
-          "cut", "error_event", "huge_usage", "negative_usage", "no_usage")
+FAULTS = ("ok", "stall_pings", "stall_silent", "trickle", "truncate", "oversized", "malformed_json",
+          "malformed_sse", "cut", "error_event", "huge_usage", "negative_usage", "no_usage")
 _PIECE = 64 * 1024
 
 
@@ -200,8 +200,9 @@ class _Anthropic(_Wire):
         await self.r.write(encode_raw(None, event, data))
 
     async def start(self, usage: bool) -> None:
-        message: dict[str, Any] = {"id": f"msg_fault{secrets.token_hex(6)}", "type": "message", "role": "assistant",
-                                   "model": self.model, "content": [], "stop_reason": None, "stop_sequence": None}
+        message: dict[str, Any] = {"id": f"msg_fault{secrets.token_hex(6)}", "type": "message",
+                                   "role": "assistant", "model": self.model, "content": [],
+                                   "stop_reason": None, "stop_sequence": None}
         if usage:
             message["usage"] = {"input_tokens": 10, "output_tokens": 1}
         await self.emit("message_start", {"type": "message_start", "message": message})
@@ -233,7 +234,8 @@ class _Anthropic(_Wire):
 
     async def finish(self, usage: tuple[int, int] | None, with_usage: bool) -> None:
         await self.emit("content_block_stop", {"type": "content_block_stop", "index": 0})
-        delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}}
+        delta: dict[str, Any] = {"type": "message_delta",
+                                 "delta": {"stop_reason": "end_turn", "stop_sequence": None}}
         if with_usage:
             inp, out = usage or (10, 8)
             delta["usage"] = {"input_tokens": inp, "output_tokens": out}
@@ -263,8 +265,9 @@ class _OpenAI(_Wire):
         await self.r.write(b": keep-alive\n\n")
 
     async def open_tool_call(self) -> None:
-        await self.chunk({"tool_calls": [{"index": 0, "id": "call_fault_open", "type": "function", "function": {
-            "name": "write_file", "arguments": '{"path": "x.txt", "content": "never'}}]})
+        call = {"index": 0, "id": "call_fault_open", "type": "function",
+                "function": {"name": "write_file", "arguments": '{"path": "x.txt", "content": "never'}}
+        await self.chunk({"tool_calls": [call]})
 
     async def wrong_shape(self) -> None:
         await self.r.write(b'data: {"choices": [{"index": 0, "delta": "not an object"}]}\n\n')

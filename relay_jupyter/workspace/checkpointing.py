@@ -9,7 +9,9 @@
   and reports what it already reverted (no fuzzy merge). Each step is ``reverting`` before the
   restore and ``reverted`` after.
 * :func:`reconcile`: on start, entries left ``prepared`` or ``reverting`` by a crash are settled by
-  comparing the live file with the digests they carry.
+  comparing the live file with the digests they carry, and the temp file the crashed write staged
+  (``.relay-tmp-<hex>``, named after the checkpoint and the digest it staged:
+  ``rootfiles.staged_name``) is removed. A revert removes such leftovers of every step it restores.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from relay_jupyter.storage.checkpoints import Checkpoint, CheckpointJournal, sha
 
 from .rootfiles import RootFiles
 
-__all__ = ["journaled_write", "revert", "reconcile"]
+__all__ = ["journaled_write", "revert", "reconcile", "remove_leftovers"]
 
 
 def journaled_write(journal: CheckpointJournal, files: RootFiles, *, origin: str, conversation: str | None,
@@ -38,11 +40,24 @@ def journaled_write(journal: CheckpointJournal, files: RootFiles, *, origin: str
                                pre_image=current, pending_sha256=post)
     else:
         journal.prepare_again(ckpt.id, post)
-    files.write(target, data)
+    files.write(target, data, tag=_tag(ckpt.id, post))
     journal.mark_applied(ckpt.id, post)
     got = journal.get(ckpt.id)
     assert got is not None
     return got
+
+
+def _tag(checkpoint_id: str, digest: str | None) -> str:
+    return f"{checkpoint_id}:{digest or 'absent'}"
+
+
+def remove_leftovers(files: RootFiles, step: Checkpoint) -> list[str]:
+    """Remove the temp files a crashed write or restore of ``step`` staged; returns which (tags)."""
+    removed = []
+    for digest in dict.fromkeys((step.pending_sha256, step.post_sha256, step.pre_sha256)):
+        if digest is not None and files.remove_staged(step.target, _tag(step.id, digest)):
+            removed.append(digest)
+    return removed
 
 
 def _restore(journal: CheckpointJournal, files: RootFiles, step: Checkpoint) -> None:
@@ -51,7 +66,7 @@ def _restore(journal: CheckpointJournal, files: RootFiles, step: Checkpoint) -> 
         pre = journal.pre_image(step.id)
         if pre is None or sha256(pre) != step.pre_sha256:
             raise RuntimeError(f"checkpoint {step.id}: the staged pre-image failed its integrity check")
-        files.write(step.target, pre)
+        files.write(step.target, pre, tag=_tag(step.id, step.pre_sha256))
     else:
         files.remove(step.target)
     journal.mark_reverted(step.id)
@@ -83,6 +98,7 @@ def revert(journal: CheckpointJournal, files: RootFiles, checkpoint_id: str, *, 
             return _partial(done, step, f"{step.target} changed after the push (its digest no longer "
                                         "matches), so it was left alone")
         try:
+            remove_leftovers(files, step)
             _restore(journal, files, step)
         except Exception as exc:  # report partial progress instead of losing it
             return _partial(done, step, f"restoring {step.target} failed: {exc}")
@@ -102,6 +118,7 @@ def reconcile(journal: CheckpointJournal, files: RootFiles) -> list[dict[str, An
     decisions: list[dict[str, Any]] = []
     for step in journal.unfinished():
         try:
+            leftovers = remove_leftovers(files, step)
             live = sha256(files.read(step.target))
         except Exception as exc:  # the target became unreadable or protected: keep it for a human
             decisions.append({"id": step.id, "state": step.state, "decision": f"left as is: {exc}"})
@@ -127,5 +144,6 @@ def reconcile(journal: CheckpointJournal, files: RootFiles) -> list[dict[str, An
             else:
                 journal.mark_applied(step.id, step.post_sha256, note="reconciled: the restore did not land")
                 decision = "applied"
-        decisions.append({"id": step.id, "state": step.state, "decision": decision})
+        decisions.append({"id": step.id, "state": step.state, "decision": decision,
+                          "removed_staged": len(leftovers)})
     return decisions

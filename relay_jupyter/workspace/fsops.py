@@ -21,7 +21,7 @@ from relay_jupyter.core.errors import Code, WorkspaceRefusal
 
 __all__ = [
     "DIR_FLAGS", "open_root", "walk_dirs", "parent_dir", "prove_inside", "read_file_at", "write_file_at",
-    "lstat_at", "refuse_symlink", "oserror_refusal",
+    "lstat_at", "refuse_symlink", "oserror_refusal", "remove_regular_at", "STAGED_PREFIX",
 ]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -81,11 +81,14 @@ def walk_dirs(root_fd: int, parts: tuple[str, ...], *, create: bool = False, sho
                 except FileNotFoundError:
                     if not create:
                         raise
+                    made = True
                     try:
                         os.mkdir(name, mode, dir_fd=cur)
                     except FileExistsError:
-                        pass
+                        made = False
                     nxt = os.open(name, DIR_FLAGS, dir_fd=cur)
+                    if made:  # the mode asked for, whatever the process umask is now
+                        os.fchmod(nxt, mode)
                 fds.append(nxt)
                 cur = nxt
             prove_inside(root_fd, cur, len(parts), shown=shown)
@@ -159,11 +162,20 @@ def read_file_at(dir_fd: int, name: str, *, max_bytes: int, shown: str) -> bytes
         os.close(fd)
 
 
-def write_file_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600, shown: str) -> None:
+#: Prefix of the staged file a write renames over its target (``.relay-tmp-<16 hex>``).
+STAGED_PREFIX = ".relay-tmp-"
+
+
+def write_file_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600, shown: str,
+                  tmp_name: str | None = None) -> None:
     """Write ``name`` atomically: a temp file in the same directory, fsync, ``rename`` over it.
 
-    Refuses when ``name`` is a symlink or a directory. A failure removes the temp file, so nothing
-    of a failed write is left behind.
+    The temp file is created 0600 and set to ``mode`` with ``fchmod`` just before the rename, so the
+    result has exactly ``mode`` whatever the process umask is (the daemon runs under 077). Refuses
+    when ``name`` is a symlink or a directory. A failure removes the temp file, so nothing of a
+    failed write is left behind; a crash can leave it, which is why a caller may name it
+    (``tmp_name``, see ``rootfiles.staged_name``) and remove it later. A leftover of that very
+    name (a regular file) is replaced.
     """
     st = lstat_at(dir_fd, name)
     if st is not None and stat.S_ISLNK(st.st_mode):
@@ -171,15 +183,21 @@ def write_file_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600, sho
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise WorkspaceRefusal(Code.PATH_REFUSED, f"{shown!r} exists and is not a regular file",
                                data={"reason": "not a regular file"})
-    tmp = f".relay-tmp-{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                 dir_fd=dir_fd)
+    tmp = tmp_name or f"{STAGED_PREFIX}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    except FileExistsError:
+        if tmp_name is None or not remove_regular_at(dir_fd, tmp):
+            raise
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
+            os.fchmod(fd, mode)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -191,3 +209,12 @@ def write_file_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600, sho
             pass
         raise
     os.fsync(dir_fd)
+
+
+def remove_regular_at(dir_fd: int, name: str) -> bool:
+    """Unlink ``name`` in ``dir_fd`` when it is a regular file (never a symlink or a directory)."""
+    st = lstat_at(dir_fd, name)
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return False
+    os.unlink(name, dir_fd=dir_fd)
+    return True

@@ -11,6 +11,18 @@ parallel-safe. Its consent card data (``preview``) carries the target, size, SHA
 20-line head and the diff against the current target; at execution both digests are compared with
 the approved preview (``DIGEST_MISMATCH``, nothing written) and protected targets are refused even
 when approved.
+
+Reads are scoped: a ``scratch_pull`` from under the caller's read roots (``c.RelayApp.read_roots``,
+default the notebook's own directory: :class:`core.protected.ReadRoots`) stays READ; any other pull
+is WRITE *for that call* (the preflight's preview carries :data:`CALL_CLASS_KEY`; the runtime's
+adapter turns it into ``Preflight.tool_class``): it needs a click, and the card names the file and
+says its bytes go to the model provider; the approval is bound to the file's digest. Protected
+targets and credential stores (:mod:`core.protected`) are refused for pull and push alike, even
+with approval.
+
+Bounds before work: a pull stats the source and checks the workspace quota before reading; an
+edit's result size is computed from its matches and refused (``QUOTA_EXCEEDED``) before it is
+built, against the file and workspace quotas and :data:`MAX_CALL_BYTES`.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ from typing import Any
 from relay_jupyter.core.diff import unified_diff
 from relay_jupyter.core.edit import Edit, apply_edits
 from relay_jupyter.core.errors import Code, WorkspaceRefusal
-from relay_jupyter.core.protected import ProtectedPaths
+from relay_jupyter.core.protected import ProtectedPaths, ReadRoots
 from relay_jupyter.core.redact import mask_secret_lines
 from relay_jupyter.core.types import ToolClass, ToolSpec
 from relay_jupyter.core.wspaths import MAX_PATH_BYTES, split_relpath
@@ -34,13 +46,19 @@ from .checkpointing import journaled_write, reconcile, revert
 from .rootfiles import RootFiles
 from .scratch import WorkspaceManager
 
-__all__ = ["WorkspaceTools", "TOOL_NAMES", "HEAD_LINES", "MAX_RESULT_DIFF", "MAX_PREVIEW_DIFF_INPUT"]
+__all__ = ["WorkspaceTools", "TOOL_NAMES", "HEAD_LINES", "MAX_RESULT_DIFF", "MAX_PREVIEW_DIFF_INPUT",
+           "MAX_CALL_BYTES", "CALL_CLASS_KEY"]
 
 HEAD_LINES = 20
 #: Diffs longer than this are cut in the text returned to the model (the file is intact).
 MAX_RESULT_DIFF = 256 * 1024
 #: Above this size (old + new) the push card says the diff was not computed.
 MAX_PREVIEW_DIFF_INPUT = 4 * 1024 * 1024
+#: Largest result one call may build in memory (an edit's new file), whatever the quotas say.
+MAX_CALL_BYTES = 64 * 1024 * 1024
+#: Preview key by which a preflight makes one call stricter than its spec (the runtime's adapter
+#: pops it into ``Preflight.tool_class``; never shown as card data).
+CALL_CLASS_KEY = "tool_class"
 _READ_DEFAULT_LINES = 2000
 _READ_MAX_BYTES = 256 * 1024
 
@@ -104,12 +122,14 @@ class WorkspaceTools:
     """Scratch tools over a :class:`WorkspaceManager`, the Jupyter root, the checkpoint journal."""
 
     def __init__(self, manager: WorkspaceManager, jupyter_root: Path, checkpoints: CheckpointJournal,
-                 protected: ProtectedPaths | None = None) -> None:
+                 protected: ProtectedPaths | None = None, *, read_roots: ReadRoots | None = None,
+                 umask: int | None = None) -> None:
         self.manager = manager
         self.checkpoints = checkpoints
         self.protected = protected or ProtectedPaths(jupyter_root)
+        self.read_roots = read_roots if read_roots is not None else ReadRoots()
         max_file = int(manager.limits.get("max_file_bytes", 8 * 1024 * 1024))
-        self.files = RootFiles(self.protected, max_file_bytes=max_file)
+        self.files = RootFiles(self.protected, max_file_bytes=max_file, umask=umask)
         self._push_lock = threading.Lock()  # pushes and reverts of the Jupyter root, one at a time
 
     def specs(self) -> list[ToolSpec]:
@@ -118,22 +138,24 @@ class WorkspaceTools:
 
     # -- preflight -------------------------------------------------------------------------
 
-    async def preflight(self, conversation: str | None, tool: str, arguments: dict[str, Any]
-                        ) -> tuple[list[str], dict[str, Any]]:
-        """Local checks before the gate; for a push, the consent card's reasons and data.
+    async def preflight(self, conversation: str | None, tool: str, arguments: dict[str, Any], *,
+                        origin: str | None = None) -> tuple[list[str], dict[str, Any]]:
+        """Local checks before the gate; for a push or a pull outside ``origin``'s read roots, the
+        consent card's reasons and data (a stricter class for this call under :data:`CALL_CLASS_KEY`).
+        ``origin`` None has no read roots: every pull asks.
 
         Raises:
             WorkspaceRefusal: a malformed or protected path, a missing workspace file.
         """
         self._known(tool)
-        return await asyncio.to_thread(self._preflight, conversation, tool, dict(arguments))
+        return await asyncio.to_thread(self._preflight, conversation, tool, dict(arguments), origin)
 
-    def _preflight(self, conversation: str | None, tool: str, args: dict[str, Any]
+    def _preflight(self, conversation: str | None, tool: str, args: dict[str, Any], origin: str | None = None
                    ) -> tuple[list[str], dict[str, Any]]:
         if "path" in args:
             split_relpath(args["path"])
         if tool == "scratch_pull":
-            self.files.check(_arg(args, "source"))
+            return self._pull_card(_arg(args, "source"), origin)
         if tool != "scratch_push":
             return [], {}
         ws = self.manager.for_conversation(_conv(conversation))
@@ -155,6 +177,26 @@ class WorkspaceTools:
         if preview["binary"]:
             reasons.append("the content is not UTF-8 text")
         reasons.append("head (secret-looking lines masked):\n" + "\n".join(preview["head"]))
+        return reasons, preview
+
+    def _pull_card(self, source: str, origin: str | None) -> tuple[list[str], dict[str, Any]]:
+        """No card under the read roots; elsewhere a WRITE-class card naming the file and its digest."""
+        parts, resolved = self.protected.resolve(source)  # protected and credential paths: refused
+        if self.read_roots.covers(origin, parts, self.protected.below_root(resolved)):
+            return [], {}
+        data = self.files.read(source)
+        if data is None:
+            raise WorkspaceRefusal(Code.NOT_FOUND, f"{source!r} does not exist in the Jupyter root",
+                                   data={"source": source})
+        digest = sha256(data)
+        reasons = [
+            f"reads {source} from the Jupyter root, outside this notebook's read roots "
+            f"({self.read_roots.describe(origin)})",
+            f"its bytes ({len(data)} bytes, sha256 {digest}) go into the scratch workspace, and from there "
+            "to the model provider when the agent reads them",
+        ]
+        preview = {"source": source, "size": len(data), "source_sha256": digest, "head": _head(data),
+                   "binary": _text(data) is None, CALL_CLASS_KEY: ToolClass.WRITE.value}
         return reasons, preview
 
     def _card_diff(self, target: str, current: bytes | None, data: bytes) -> dict[str, Any]:
@@ -209,9 +251,19 @@ class WorkspaceTools:
             return {"content": f"deleted {kind} {path}", "is_error": False}
         if tool == "scratch_pull":
             source, path = _arg(args, "source"), _arg(args, "path")
+            size = self.files.size(source)  # stat before read: the quota refuses a huge file unread
+            if size is None:
+                raise WorkspaceRefusal(Code.NOT_FOUND, f"{source!r} does not exist in the Jupyter root",
+                                       data={"source": source})
+            ws.check_quota(path, size)
             data = self.files.read(source)
             if data is None:
                 raise WorkspaceRefusal(Code.NOT_FOUND, f"{source!r} does not exist in the Jupyter root",
+                                       data={"source": source})
+            want = (approved or {}).get("source_sha256")
+            if want is not None and (approved or {}).get("source") == source and want != sha256(data):
+                raise WorkspaceRefusal(Code.DIGEST_MISMATCH,
+                                       f"{source} changed after the pull was approved; nothing was read",
                                        data={"source": source})
             ws.write(path, data)
             return {"content": f"pulled {source} into {path} ({len(data)} bytes, sha256 {sha256(data)})",
@@ -261,7 +313,10 @@ class WorkspaceTools:
             parsed.append(Edit(e["old_text"], e["new_text"], bool(e.get("replace_all", False))))
         with ws.lock:  # read-modify-write is atomic against every other operation on this workspace
             old = ws.read(path)
-            outcome = apply_edits(old, parsed, path=path)
+            # the result's bound, known before it is built: per file, the workspace's room, per call
+            room = ws.max_total_bytes - (ws.usage().bytes - len(old))
+            outcome = apply_edits(old, parsed, path=path,
+                                  max_result_bytes=max(0, min(ws.max_file_bytes, room, MAX_CALL_BYTES)))
             if outcome.content != old:
                 ws.write(path, outcome.content)
         diff = outcome.diff.text.decode("utf-8")

@@ -169,3 +169,23 @@ async def test_usage_faults_are_served(kind, fault, expected):
 async def test_unknown_fault_is_refused():
     with pytest.raises(ValueError):
         FaultModelServer("explode")
+
+
+async def test_anthropic_message_stop_with_an_open_tool_block_is_an_error():
+    from relay_jupyter.testing.fault_model_server import _Anthropic
+
+    class OpenThenStop(FaultModelServer):
+        async def _play(self, wire, responder):
+            assert isinstance(wire, _Anthropic)
+            await wire.start(usage=True)
+            await wire.text("calling")
+            await wire.open_tool_call()
+            await wire.emit("message_stop", {"type": "message_stop"})
+            await responder.end()
+
+    with OpenThenStop(api_key=KEY) as server:
+        backend = backend_for("anthropic", server)
+        seen, exc = await collect(backend)
+        await backend.aclose()
+    assert exc is not None and "tool call still open" in exc.message
+    assert not any(isinstance(e, ToolCallDone) for e in seen)

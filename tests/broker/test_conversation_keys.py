@@ -67,3 +67,95 @@ async def test_same_chat_name_in_two_notebooks_is_two_conversations(tmp_path: Pa
             assert (await call_method(broker, A, "conversations.list", {}))["conversations"][0]["conv_id"] == "default"
         finally:
             broker.close()
+
+
+# -- issue 11 item 8: structured keys ---------------------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from relay_jupyter.core.errors import InvalidParams  # noqa: E402
+from relay_jupyter.broker.conversation_keys import (  # noqa: E402
+    conversation_key,
+    conversation_name,
+    legacy_key,
+    migrate_legacy_keys,
+    split_conversation_key,
+)
+
+
+@given(st.text(max_size=40), st.text(max_size=40), st.text(max_size=40), st.text(max_size=40))
+def test_keys_of_different_pairs_differ_and_split_back(o1, n1, o2, n2) -> None:
+    k1, k2 = conversation_key(o1, n1), conversation_key(o2, n2)
+    assert (k1 == k2) == ((o1, n1) == (o2, n2))
+    assert split_conversation_key(k1) == (o1, n1)
+
+
+def test_the_joined_string_collision_is_gone() -> None:
+    assert legacy_key("notebook:a|b", "c") == legacy_key("notebook:a", "b|c")  # the old bug
+    assert conversation_key("notebook:a|b", "c") != conversation_key("notebook:a", "b|c")
+    assert split_conversation_key("notebook:a|default") is None
+    assert split_conversation_key('["a","b","c"]') is None and split_conversation_key('["a", "b"]') is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("method,params", [
+    ("workspace.diff", {"conversation": "x|default", "path": "f.txt"}),
+    ("tools.call", {"conversation": "x|default", "tool": "scratch_read", "arguments": {"path": "f.txt"}}),
+    ("tools.list", {"conversation": "a b"}),
+    ("run.start", {"conversation": 'a"b', "prompt": "hi"}),
+    ("conversations.delete", {"conversation": "a|b"}),
+    ("conversations.fork", {"conversation": "", "at_turn": 0}),
+])
+async def test_every_params_model_applies_the_one_name_pattern(tmp_path: Path, method: str, params: dict):
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "relay"))
+    install_components(broker, jupyter_root=tmp_path)
+    try:
+        with pytest.raises(InvalidParams):
+            await call_method(broker, A, method, params)
+    finally:
+        broker.close()
+
+
+@pytest.mark.asyncio
+async def test_a_pipe_in_a_name_cannot_reach_another_notebooks_workspace(tmp_path: Path):
+    """The issue's attack: origin ``notebook:x`` naming ``y|default`` would have reached the workspace
+    of origin ``notebook:x|y``'s ``default`` (their joined strings were equal)."""
+    victim = Caller(kind=CallerKind.KERNEL, origin="notebook:x|y", client_id="kernel:v")
+    attacker = Caller(kind=CallerKind.KERNEL, origin="notebook:x", client_id="kernel:a")
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "relay"))
+    for caller in (victim, attacker):
+        broker.grants.issue(Grant(origin=caller.origin, tools=frozenset({"*"}), models=frozenset({"*"}),
+                                  consent_id=f"click-{caller.client_id}"))
+    install_components(broker, jupyter_root=tmp_path / "root")
+    try:
+        broker.workspace_tools.manager.for_conversation(conversation_key(victim.origin, "default")).write(
+            "f.txt", b"victim's draft\n")
+        with pytest.raises(InvalidParams):
+            await call_method(broker, attacker, "workspace.diff", {"conversation": "y|default", "path": "f.txt"})
+        # the raw key layer: the attacker's pair is a different key, so a different (empty) workspace
+        assert broker.workspace_tools.manager.root_for(conversation_key(attacker.origin, "y|default")) != \
+            broker.workspace_tools.manager.root_for(conversation_key(victim.origin, "default"))
+    finally:
+        broker.close()
+
+
+def test_legacy_rows_and_workspaces_migrate_once(tmp_path: Path):
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "relay"))
+    store = broker.store
+    store.save_conversation(legacy_key("notebook:a|b.ipynb", "default"), "notebook:a|b.ipynb", "first prompt",
+                            [{"role": "user", "content": "hi"}], {})
+    from relay_jupyter.workspace.scratch import WorkspaceManager
+
+    manager = WorkspaceManager(tmp_path / "relay" / "workspaces")
+    manager.for_conversation(legacy_key("notebook:a|b.ipynb", "default")).write("draft.txt", b"kept\n")
+    assert migrate_legacy_keys(store, tmp_path / "relay" / "workspaces") == 1
+    new = conversation_key("notebook:a|b.ipynb", "default")
+    row = store.load_conversation(new)
+    assert row["messages"] == [{"role": "user", "content": "hi"}] and row["name"] == "first prompt"
+    assert store.load_conversation(legacy_key("notebook:a|b.ipynb", "default")) is None
+    assert WorkspaceManager(tmp_path / "relay" / "workspaces").for_conversation(new).read("draft.txt") == b"kept\n"
+    assert migrate_legacy_keys(store, tmp_path / "relay" / "workspaces") == 0  # idempotent
+    assert conversation_name(new) == "default"
+    assert conversation_name(legacy_key("notebook:a", "n"), "notebook:a") == "n"
+    broker.close()

@@ -230,3 +230,25 @@ async def test_input_prompt_offers_only_the_allowed_scopes(monkeypatch: pytest.M
     assert (answer.decision, answer.scope) == expected
     assert ("[r]un" in prompts[0]) == (scopes is None or "run" in scopes)
     assert ("[a]lways" in prompts[0]) == (scopes is None)
+
+
+def test_error_lines_show_escapes_instead_of_obeying_them() -> None:
+    from relay_jupyter.kernel.errors import message_for
+
+    line = message_for("BACKEND_ERROR", "server said \x1b[2K\x1b[1Aall good\u202e\n[ok]")
+    assert "\x1b" not in line and "\u202e" not in line and "\n" not in line
+    assert "<U+001B>[2K" in line and "all good<U+202E> [ok] [BACKEND_ERROR]" in line
+
+
+@pytest.mark.asyncio
+async def test_a_changed_tool_says_so_with_the_diff() -> None:
+    diff = ('--- offered\n+++ now\n@@ -1,3 +1,3 @@\n   "annotations": {\n-    "readOnlyHint": true\n'
+            '+    "destructiveHint": true <img src=x onerror=alert(1)>\n')
+    data = {"request_id": "p", "tool": "lookup", "server": "s", "tool_class": "write", "arguments": {},
+            "deadline": 0, "tool_changed": {"old": {}, "new": {}, "diff": diff}}
+    html = _card_html(ConsentCard(data))
+    assert "this tool changed since the run was offered it" in html
+    assert "destructiveHint" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert_allowlisted(html, CHROME_TAGS, CHROME_ATTRS)
+    assert "WARNING: this tool changed" in card_text(data) and '+    "destructiveHint": true' in card_text(data)
+    assert "changed" not in _card_html(ConsentCard({**data, "tool_changed": None}))

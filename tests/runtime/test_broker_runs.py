@@ -7,6 +7,7 @@ import pytest
 
 from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
+from relay_jupyter.broker.conversation_keys import conversation_key
 from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.broker.runs import install_runtime
 from relay_jupyter.core.caller import Caller, CallerKind
@@ -84,7 +85,7 @@ async def test_cancel_only_by_originator_or_browser(fake):
     assert (await call_method(broker, A, "run.cancel", {"run_id": run_id})) == {"cancelled": True}
     assert await finished(broker, run_id) == EventType.CANCELLED
     assert (await call_method(broker, BROWSER, "run.cancel", {"run_id": run_id})) == {"cancelled": False}
-    history = broker.runs.conversations.load_conversation(f"{A.origin}|c1")["messages"]
+    history = broker.runs.conversations.load_conversation(conversation_key(A.origin, "c1"))["messages"]
     assert "hijack" not in str(history) and "go" in str(history)
 
 

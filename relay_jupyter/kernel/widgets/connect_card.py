@@ -18,8 +18,8 @@ __all__ = ["ConnectCard", "connect_text"]
 
 def connect_text(model: str, tools: list[str], budget: dict[str, Any], status: str) -> str:
     """Text fallback of the card."""
-    return (f"relay: connect this notebook to the agent? model: {model}; tools: {', '.join(tools) or 'none'}; "
-            f"budget: {budget}; status: {status}")
+    return visible(f"relay: connect this notebook to the agent? model: {model}; tools: {', '.join(tools) or 'none'}; "
+                   f"budget: {budget}; status: {status}")
 
 
 class ConnectCard:

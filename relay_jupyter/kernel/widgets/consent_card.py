@@ -65,6 +65,18 @@ def _other_arguments(data: dict[str, Any]) -> Any:
     return arguments
 
 
+TOOL_CHANGED = ("this tool changed since the run was offered it (description, schema or annotations): "
+                "its pin and any earlier approval no longer apply")
+
+
+def _tool_change_diff(data: dict[str, Any]) -> str | None:
+    """The broker's diff of the tool as offered vs now ('' when it sent none), or None: not changed."""
+    changed = data.get("tool_changed")
+    if changed is None or changed is False:
+        return None
+    return str(changed.get("diff") or "") if isinstance(changed, dict) else ""
+
+
 def verb(decision: str) -> str:
     return _VERBS.get(decision, decision)
 
@@ -94,6 +106,11 @@ def card_text(data: dict[str, Any], status: str = "waiting for your answer") -> 
         lines.append("arguments: " + visible(short(pretty_json(data.get("arguments", {}), 2000), 2000)))
     for reason in data.get("reasons") or []:
         lines.append(f"  - {visible(short(str(reason), 300))}")
+    changed = _tool_change_diff(data)
+    if changed is not None:
+        lines.append(f"WARNING: {TOOL_CHANGED}")
+        if changed:
+            lines.append(visible(short(changed, 4000)))
     preview = data.get("preview") or {}
     if preview:
         for key in ("target", "size", "sha256"):
@@ -138,7 +155,12 @@ class ConsentCard:
         reasons = data.get("reasons") or []
         if reasons:
             rows.append("<ul>" + "".join(f"<li>{esc(short(str(r), 300))}</li>" for r in reasons) + "</ul>")
+        changed = _tool_change_diff(data)
+        if changed is not None:
+            rows.append(f"<div><b>⚠ {esc(TOOL_CHANGED)}</b></div>")
         children: list[Any] = [html_widget("".join(rows))]
+        if changed:
+            children.append(DiffView(changed, "the tool as offered → as it is now").widget())
         if preview:
             facts = "".join(f"<div>{esc(k)}: <code>{esc(preview[k], newlines=False)}</code></div>"
                             for k in ("target", "size", "sha256") if k in preview)
