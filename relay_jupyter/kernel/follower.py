@@ -58,6 +58,7 @@ class RunFollower:
         self.cost = 0.0
         self.timeouts: dict[str, str] = {}     # call or request id -> tool name, each timed-out consent once
         self.cards: dict[str, list[Any]] = {}  # call id -> the consent cards shown for it
+        self.request_calls: dict[str, str] = {}  # permission request id -> its call id
         self.mode: str | None = None
         self.steps: dict[str, dict[str, Any]] = {}
         self.seen_requests: set[str] = set()   # a reconnect replays pending requests: handle each once
@@ -86,8 +87,11 @@ class RunFollower:
                 await self._kernel_tool(data)
             elif kind in (EventType.TOOL_PROPOSED, EventType.TOOL_DECIDED, EventType.TOOL_FINISHED):
                 self._step(kind, data)
-            elif kind == EventType.PERMISSION_TIMEOUT:
-                self._timed_out(str(data.get("call_id") or request_id), data.get("tool"))
+            elif kind == EventType.PERMISSION_TIMEOUT or (
+                    kind == EventType.PERMISSION_RESOLVED and data.get("decision") == "timeout"):
+                # after our own answer lost the race with the broker's deadline: the broker's word stands
+                self._timed_out(str(data.get("call_id") or self.request_calls.get(request_id) or request_id),
+                                data.get("tool"))
             elif kind == EventType.USAGE:
                 self.tokens += sum(int(data.get(k) or 0) for k in (
                     "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
@@ -191,6 +195,7 @@ class RunFollower:
         self.view.pause()
         call_id = str(data.get("call_id", ""))
         request_id = str(data.get("request_id", ""))
+        self.request_calls[request_id] = call_id or request_id
         self.steps.setdefault(call_id, {"tool": data.get("tool", "?"), "display": None})
         cards = self.cards.setdefault(call_id or request_id, [])
         asking = asyncio.ensure_future(ask(data, self.surface, self.session.policy, self.session.shell,

@@ -10,7 +10,8 @@ sends; the end-to-end tests use the real broker. A run is a script of steps:
   ``permission.answer``; options: ``replay``, ``elsewhere_after`` (the owner's browser answers),
   ``timeout_after`` (``permission_timeout`` then one ``permission.resolved``, as the broker does),
   ``legacy_timeout_after`` (only ``permission.resolved cancelled``, then ``tool_decided`` with code
-  PERMISSION_TIMEOUT: what the broker sent before issue 11), ``withdraw_after`` (``withdrawn``);
+  PERMISSION_TIMEOUT: what the broker sent before issue 11), ``withdraw_after`` (``withdrawn``),
+  ``late_timeout`` (the kernel's answer arrives, then the broker's timeout wins the race);
 - ``("kernel_tool", tool, arguments)`` a ``kernel.tool_request``, waits for ``kernel.tool_result``;
 - ``("event", type, data)`` any event; ``("end", type, data)`` the terminal event (default run.done).
 """
@@ -275,6 +276,12 @@ class FakeBroker:
                     continue
                 else:
                     answer = await waiter
+                    if options.get("late_timeout"):  # the answer lost the race with the deadline
+                        self.emit("permission_timeout", {"request_id": request_id}, run_id)
+                        self.emit("permission.resolved", {"request_id": request_id, "decision": "timeout",
+                                                          "scope": "once", "answered_by": "timeout",
+                                                          "answered_at": time.time()}, run_id)
+                        answer = {**answer, "decision": "deny"}
                 self.emit("run.tool_decided", {"run_id": run_id, "call_id": "c1", "decision": answer["decision"]},
                           run_id)
             elif kind == "kernel_tool":

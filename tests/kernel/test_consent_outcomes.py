@@ -98,3 +98,16 @@ def test_full_mode_says_so_at_the_top_of_the_cell(kernel: Any, broker: FakeBroke
     broker.script([("text", "asked")])
     _, msgs = execute(kernel, "%%agent\ngo")
     assert "full mode" not in text_of(msgs)
+
+
+def test_an_answer_that_lost_the_race_with_the_deadline_still_fails_the_cell(kernel: Any,
+                                                                              broker: FakeBroker) -> None:
+    # the headless policy answers at once, but the broker's deadline won: its permission_timeout (which
+    # names only the request id) is matched to the call, and the cell fails rather than ending green
+    broker.script([("permission", {"tool": "write_file", "arguments": {}}, {"late_timeout": True}),
+                   ("text", "after the race")])
+    reply, msgs = execute(kernel, "%%agent\nwrite", allow_stdin=False, timeout=30)
+    assert reply["status"] == "error", text_of(msgs)
+    (tb,) = _errors(msgs)
+    assert len(tb) == 1 and "write_file timed out and was denied [PERMISSION_TIMEOUT]" in tb[0], tb
+    assert "after the race" in text_of(msgs)

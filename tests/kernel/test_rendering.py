@@ -252,3 +252,13 @@ async def test_a_changed_tool_says_so_with_the_diff() -> None:
     assert_allowlisted(html, CHROME_TAGS, CHROME_ATTRS)
     assert "WARNING: this tool changed" in card_text(data) and '+    "destructiveHint": true' in card_text(data)
     assert "changed" not in _card_html(ConsentCard({**data, "tool_changed": None}))
+
+
+def test_audit_and_runs_dataframes_escape_what_they_show() -> None:
+    # relay.audit() / relay.runs() / relay.checkpoints() return pandas DataFrames, whose HTML repr
+    # (rendered trusted by JupyterLab) escapes every cell: tool names and targets come from servers
+    import pandas as pd
+
+    frame = pd.DataFrame([{"tool": "<img src=x onerror=alert(1)>", "target": "[x](javascript:alert(1))"}])
+    html = frame._repr_html_()
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html and "href" not in html
