@@ -74,8 +74,8 @@ _CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 _INVISIBLE = re.compile(f"[{_CONTROL}]")
 _INVISIBLE_STRICT = re.compile(f"[{_CONTROL}\u200b\u200e\u200f\u2060-\u2064\ufeff]")
 
-CODE_LIMIT = 20_000
-"""Characters of code a card shows in full (a longer code block is cut, with a note saying so)."""
+CODE_LIMIT = 100_000
+"""Characters of code shown in full by default (a longer code block is cut, with a note saying so)."""
 
 
 def _mark(match: re.Match[str]) -> str:

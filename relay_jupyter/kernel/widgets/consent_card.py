@@ -15,11 +15,15 @@ import time
 import uuid
 from typing import Any
 
-from ..rendering import CODE_LIMIT, chrome_html, code_html, visible
+from ..rendering import chrome_html, code_html, visible
+from ..tools import MAX_CODE_CHARS
 from .base import esc, html_widget, pretty_json, short, show, update
 from .diff_view import DiffView
 
-__all__ = ["CHOICES", "SCOPES", "ConsentCard", "card_text", "code_of", "offered_choices", "verb"]
+CODE_LIMIT = MAX_CODE_CHARS
+"""The card shows code in full up to what ``run_code`` accepts (longer code is refused by the kernel)."""
+
+__all__ = ["CHOICES", "CODE_LIMIT", "SCOPES", "ConsentCard", "card_text", "code_of", "offered_choices", "verb"]
 
 #: (button label, decision, scope, button style)
 CHOICES = (
@@ -97,8 +101,8 @@ def card_text(data: dict[str, Any], status: str = "waiting for your answer") -> 
         lines.append(f"code ({len(code):,} characters):")
         lines.append(visible(code[:CODE_LIMIT]))
         if len(code) > CODE_LIMIT:
-            lines.append(f"[only the first {CODE_LIMIT:,} of {len(code):,} characters are shown; "
-                         "deny unless you have read the rest]")
+            lines.append(f"[only the first {CODE_LIMIT:,} of {len(code):,} characters are shown; the kernel "
+                         f"refuses code longer than {MAX_CODE_CHARS:,} characters]")
         others = _other_arguments(data)
         if others:
             lines.append("other arguments: " + visible(short(pretty_json(others, 2000), 2000)))
@@ -144,7 +148,7 @@ class ConsentCard:
         ]
         if code is not None:
             rows.append(f"<div>code it would run ({len(code):,} characters, exactly as written):</div>"
-                        + code_html(code))
+                        + code_html(code, CODE_LIMIT))
             others = _other_arguments(data)
             if others:
                 rows.append("<div>other arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
