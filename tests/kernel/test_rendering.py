@@ -267,3 +267,30 @@ def test_audit_and_runs_dataframes_escape_what_they_show() -> None:
     frame = pd.DataFrame([{"tool": "<img src=x onerror=alert(1)>", "target": "[x](javascript:alert(1))"}])
     html = frame._repr_html_()
     assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html and "href" not in html
+
+
+def test_no_kernel_code_builds_html_around_the_renderer() -> None:
+    # a guard on the source: ipywidgets.HTML (innerHTML, unsanitised) is built only in widgets/base.py's
+    # html_widget, an HTML widget's value is set only through chrome_html, and no output is text/markdown
+    import ast
+    from pathlib import Path
+
+    import relay_jupyter.kernel as kernel_pkg
+
+    root = Path(kernel_pkg.__file__).parent
+    offences = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "HTML", "HTMLMath") and path.name != "base.py":
+                offences.append(f"{path.name}:{node.lineno} builds an HTML widget directly")
+            if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "text/markdown"
+                                                  for k in node.keys):
+                offences.append(f"{path.name}:{node.lineno} sends text/markdown")
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "value"
+                                                    for t in node.targets):
+                value = node.value
+                if not (isinstance(value, ast.Call) and getattr(value.func, "id", "") == "chrome_html"):
+                    offences.append(f"{path.name}:{node.lineno} sets a widget value without chrome_html")
+    assert offences == []
