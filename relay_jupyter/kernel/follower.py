@@ -160,11 +160,11 @@ class RunFollower:
     def _started(self, data: dict[str, Any]) -> None:
         """``run.started``: in ``full`` mode, say at the top of the cell that nothing will ask."""
         self.mode = str(data.get("mode") or "") or None
-        if self.mode != "full" or self.surface == "headless":
+        if self.mode != "full":
             return
         notice = ("⚠ full mode: this run's tool calls, writes and run_code included, run without asking you "
                   "(no consent card)")
-        if self.surface == "input":
+        if self.surface in ("input", "headless"):
             print(f"relay: {notice}", flush=True)
             return
         from IPython.display import display

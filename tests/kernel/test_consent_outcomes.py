@@ -98,6 +98,10 @@ def test_full_mode_says_so_at_the_top_of_the_cell(kernel: Any, broker: FakeBroke
     broker.script([("text", "asked")])
     _, msgs = execute(kernel, "%%agent\ngo")
     assert "full mode" not in text_of(msgs)
+    broker.script([("text", "headless too")])  # nbclient / nbval: a printed line, first
+    _, msgs = execute(kernel, "%%agent --mode full\ngo", allow_stdin=False)
+    shown = text_of(msgs)
+    assert "relay: ⚠ full mode" in shown and shown.index("full mode") < shown.index("headless too")
 
 
 def test_an_answer_that_lost_the_race_with_the_deadline_still_fails_the_cell(kernel: Any,
