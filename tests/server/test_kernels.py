@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 
 import pytest
 from tornado.httpclient import AsyncHTTPClient
 
+from relay_jupyter.protocol.names import TERMINAL_EVENTS
 from relay_jupyter.protocol.sse import parse_stream
+from relay_jupyter.testing import FakeAnthropic, Reply, tool_use
 
 pytestmark = pytest.mark.slow
 
@@ -135,3 +139,107 @@ async def test_kernels_get_credentials_not_secrets_and_stay_apart(jp_fetch, jp_s
     with pytest.raises(Exception) as exc:
         await rpc("grants.get", {}, headers=cred_a)
     assert getattr(exc.value, "code", None) == 403
+
+
+# -- issue 12, "Kernel lifetime": a kernel that restarts, shuts down or dies takes its consent with it -----
+
+CRED = r"""
+import os
+print(os.environ["RELAY_KERNEL_CREDENTIAL"])
+"""
+
+
+@pytest.fixture
+def model_fake():
+    with FakeAnthropic(api_key="test-key") as fake:
+        yield fake
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, model_fake):
+    return {
+        "ServerApp": {"jpserver_extensions": {"relay_jupyter": True}},
+        "RelayApp": {"data_dir": str(tmp_path / "relaydata"), "heartbeat_interval": 0.2, "consent_timeout": 120.0,
+                     "anthropic_base_url": model_fake.base_url, "anthropic_api_key": "test-key",
+                     "default_model": "claude-test-1"},
+    }
+
+
+async def _run_waiting_for_consent(jp_serverapp, broker, rpc, model_fake, kernel_id, conversation):
+    """A real run, started by the kernel's credential, whose run_code call waits on a card."""
+    cred = {"Authorization": "RelayKernel " + (await run_in_kernel(jp_serverapp, kernel_id, CRED)).strip()}
+    if (await rpc("grants.get", {}, headers=cred))["result"]["grant"] is None:
+        assert "result" in await rpc("grants.create", {"tools": ["run_code"], "models": ["claude-test-1"]}, headers=cred)
+    model_fake.enqueue(Reply(tool_use("run_code", {"code": "open('pwned', 'w').write('x')"})))
+    started = await rpc("run.start", {"conversation": conversation, "prompt": "go"}, headers=cred)
+    run_id = started["result"]["run_id"]
+    async with asyncio.timeout(30):
+        while not [p for p in broker.permissions._pending.values() if p.request.request.run_id == run_id]:
+            assert not [e for e in _events(broker, run_id) if e.type in ("run.error", "run.done")], \
+                [(e.type, e.data) for e in _events(broker, run_id)]
+            await asyncio.sleep(0.02)
+    request_id = next(p.request_id for p in broker.permissions._pending.values()
+                      if p.request.request.run_id == run_id)
+    return cred, run_id, request_id
+
+
+def _events(broker, run_id):
+    return [e for e in broker.store.events_since(0) if e.run_id == run_id]
+
+
+async def _ended_and_unanswerable(broker, rpc, run_id, request_id, cred):
+    async with asyncio.timeout(30):  # the run is cancelled at once; its task unwinds in a few ticks
+        await broker.runs.wait(run_id)
+    events = _events(broker, run_id)
+    terminal = [e.type for e in events if e.type in TERMINAL_EVENTS]
+    assert terminal == ["run.cancelled"]
+    resolved = [e.data for e in events if e.type == "permission.resolved"]
+    assert [(r["request_id"], r["decision"]) for r in resolved] == [(request_id, "withdrawn")]
+    # the side panel's Approve (a browser caller: Jupyter's own token) and the kernel's own answer both fail
+    panel = await rpc("permission.answer", {"request_id": request_id, "decision": "allow", "scope": "once"})
+    assert panel["error"]["data"]["code"] in ("CONFLICT", "NOT_FOUND")
+    if cred is not None:
+        kernel = await rpc("permission.answer", {"request_id": request_id, "decision": "allow"}, headers=cred)
+        assert kernel["error"]["data"]["code"] in ("CONFLICT", "NOT_FOUND")
+    assert not [e for e in _events(broker, run_id) if e.type == "kernel.tool_request"]
+    assert [e.data["decision"] for e in _events(broker, run_id) if e.type == "permission.resolved"] == ["withdrawn"]
+
+
+async def test_restart_and_shutdown_withdraw_pending_consent(jp_fetch, jp_serverapp, rpc, broker, model_fake):
+    ka = await start_session(jp_fetch, "life.ipynb")
+    try:
+        cred, run_id, request_id = await _run_waiting_for_consent(jp_serverapp, broker, rpc, model_fake, ka, "cell-1")
+        await jp_fetch("api", "kernels", ka, "restart", method="POST", body="{}")
+        await _ended_and_unanswerable(broker, rpc, run_id, request_id, cred)
+        assert not os.path.exists(os.path.join(jp_serverapp.root_dir, "pwned"))
+        # the notebook's next %%agent in the same cell is not refused with CONFLICT
+        model_fake.enqueue(Reply("fresh"))
+        again = await rpc("run.start", {"conversation": "cell-1", "prompt": "again"}, headers=cred)
+        assert "result" in again, again
+        await broker.runs.wait(again["result"]["run_id"])
+
+        # shut down (DELETE, what closing the notebook does): the same, and the credential dies with it
+        cred, run_id, request_id = await _run_waiting_for_consent(jp_serverapp, broker, rpc, model_fake, ka, "cell-2")
+        await jp_fetch("api", "kernels", ka, method="DELETE")
+        ka = None
+        await _ended_and_unanswerable(broker, rpc, run_id, request_id, None)
+        assert broker.permissions._pending == {}
+    finally:
+        if ka is not None:
+            await jp_serverapp.kernel_manager.shutdown_kernel(ka, now=True)
+
+
+async def test_a_kernel_that_dies_withdraws_its_pending_consent(jp_fetch, jp_serverapp, rpc, broker, model_fake):
+    ka = await start_session(jp_fetch, "dies.ipynb")
+    try:
+        cred, run_id, request_id = await _run_waiting_for_consent(jp_serverapp, broker, rpc, model_fake, ka, "c")
+        km = jp_serverapp.kernel_manager.get_kernel(ka)
+        os.kill(km.provisioner.process.pid, signal.SIGKILL)  # the restarter notices and auto-restarts it
+        await _ended_and_unanswerable(broker, rpc, run_id, request_id, cred)
+    finally:
+        if ka in jp_serverapp.kernel_manager:
+            km = jp_serverapp.kernel_manager.get_kernel(ka)
+            async with asyncio.timeout(60):  # shutting down a kernel mid-restart fails in jupyter_client
+                while not km.ready.done():
+                    await asyncio.sleep(0.05)
+            await jp_serverapp.kernel_manager.shutdown_kernel(ka, now=True)
