@@ -82,6 +82,10 @@ def _mark(match: re.Match[str]) -> str:
     return f"<U+{ord(match.group()):04X}>"
 
 
+def _mark_html(match: re.Match[str]) -> str:
+    return f"&lt;U+{ord(match.group()):04X}&gt;"
+
+
 def visible(text: str, *, strict: bool = True, newlines: bool = True) -> str:
     """``text`` with control and bidi-override characters as ``<U+XXXX>`` (a terminal escape or a
     right-to-left override cannot hide or reorder what a person reads); ``strict`` also marks zero-width
@@ -149,7 +153,8 @@ def _parser() -> Any:
 def markdown_html(text: str) -> str:
     """Model Markdown as sanitised HTML (see the module docstring for what survives)."""
     rendered = _parser().render(visible(text, strict=False))
-    return str(_cleaner(False).clean(rendered))
+    # an entity (``&#x202e;``) decodes to the character after the first pass: mark what survived, as text
+    return _INVISIBLE.sub(_mark_html, str(_cleaner(False).clean(rendered)))
 
 
 def text_html(text: str) -> str:

@@ -103,6 +103,7 @@ CORPUS: list[str] = [
     # control characters, terminal escapes, bidi overrides
     "\x1b[2J\x1b[1;1Hall clear \x1b]8;;https://evil.example\x07link\x1b]8;;\x07",
     "rm -rf /\u202e txt.exe",
+    "entity-spelled override: a&#x202e;gnp.exe &#8238; &#x2066;",
     "carriage\rreturn over\r\nwrite",
     # math (JupyterLab typesets text/html with MathJax): \href, \class, \style, \cssId, \unicode
     f"$\\href{{javascript:{PWN}}}{{math link}}$",

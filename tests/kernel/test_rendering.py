@@ -122,6 +122,9 @@ def test_control_and_bidi_characters_are_shown_not_obeyed() -> None:
     assert visible("👨\u200d👩") == "👨\u200d👩"  # ZWJ (emoji sequences) is never marked
     assert visible("a\r\nb\rc") == "a\nb\nc" and visible("a\nb", newlines=False) == "a<U+000A>b"
     assert "&lt;U+202E&gt;" in markdown_html("x\u202ey")
+    # also when an entity spells it: it decodes only while parsing, after the first pass
+    out = markdown_html("a&#x202e;b [t](https://e.example \"&#x2066;\")")
+    assert "\u202e" not in out and "\u2066" not in out and "a&lt;U+202E&gt;b" in out and 'title="&lt;U+2066&gt;"' in out
 
 
 def test_code_block_is_exact_and_a_cut_says_so() -> None:
@@ -145,13 +148,16 @@ TOKENS = ["<", ">", "&", "&#x6A;", "&#106;", "javascript:", "JaVaScRiPt:", "data
           "\x00", "\x01", "[", "]", "(", ")", "![", "]: ", "`", "``", "```", "~~~", "\n", "\n\n", "> ", "- ", "1. ",
           "    ", "\\", '"', "'", "=", "<script>", "</script>", "<img src=x onerror=", "<svg onload=", "<a href=",
           "<iframe ", "<style>", "<math>", "<!--", "-->", "onerror", "https://", "mailto:", "#", "*", "_", "|",
-          "---", "===", "alert(1)", "x", " ", "\u202e", "<https://e.example>", "<javascript:x>"]
+          "---", "===", "alert(1)", "x", " ", "\u202e", "&#x202e;", "&#8238;", "&#x1b;", "<https://e.example>",
+          "<javascript:x>"]
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(TOKENS), st.text(max_size=4)), max_size=60))
 def test_random_markdown_never_leaves_the_allowlist(parts: list[str]) -> None:
-    assert_allowlisted(markdown_html("".join(parts)))
+    out = markdown_html("".join(parts))
+    assert_allowlisted(out)
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", out)  # shown, not obeyed
 
 
 # ------------------------------------------------------------------ cards and diffs built on the renderer
