@@ -13,6 +13,7 @@ interface IPending {
   arguments: any;
   reasons?: string[];
   deadline?: number;
+  tool_changed?: { diff?: string } | null;
 }
 
 // C0/C1 controls and the bidi overrides/isolates of "Trojan Source" (plus zero-width and direction
@@ -153,6 +154,16 @@ export class RelayPanel extends Widget {
       }
       for (const reason of request.reasons ?? []) {
         card.append(el('div', { class: 'jp-relay-reason' }, reason));
+      }
+      if (request.tool_changed) {
+        // the tool's description, schema or annotations changed since the run was offered it
+        card.append(
+          el('div', { class: 'jp-relay-reason' }, '⚠ this tool changed since the run was offered it: ' +
+            'its pin and any earlier approval no longer apply')
+        );
+        if (typeof request.tool_changed.diff === 'string' && request.tool_changed.diff) {
+          card.append(el('pre', { class: 'jp-relay-args' }, request.tool_changed.diff));
+        }
       }
       const approve = el('button', { class: 'jp-mod-styled jp-mod-accept' }, 'Approve');
       const deny = el('button', { class: 'jp-mod-styled jp-mod-reject' }, 'Deny');
