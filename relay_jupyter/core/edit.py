@@ -27,7 +27,7 @@ from .diff import DiffResult, unified_diff_spans
 from .errors import Code, WorkspaceRefusal
 from .textfile import check_text, line_ending, to_ending
 
-__all__ = ["Edit", "EditOutcome", "apply_edits", "normalize_line", "MAX_REPLACEMENTS"]
+__all__ = ["Edit", "EditOutcome", "apply_edits", "normalize_line", "MAX_REPLACEMENTS", "MAX_FUZZY_LINES"]
 
 _QUOTES = {
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
@@ -40,6 +40,9 @@ _MAX_REPORTED = 5
 #: Most replacements one call may make: the match offsets are the only thing held before the
 #: size check, and this bounds them (~100 bytes each) whatever the file and needle.
 MAX_REPLACEMENTS = 100_000
+#: Longest file (in lines) the relaxed retry indexes: its per-line tables cost ~200 bytes a line
+#: (217 MiB for 1M lines measured), so above this an edit matches exactly or not at all.
+MAX_FUZZY_LINES = 100_000
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,12 @@ def apply_edits(content: bytes, edits: Sequence[Edit], *, path: str = "",
         through_eol = want_text.endswith("\n")
         want = [normalize_line(x) for x in (want_text[:-1] if through_eol else want_text).split("\n")]
         if lines is None:
+            if content.count(eol) > MAX_FUZZY_LINES:
+                raise WorkspaceRefusal(
+                    Code.EDIT_NO_MATCH,
+                    f"{label}: old_text was not found in {path or 'the file'} (the relaxed retry that ignores "
+                    f"smart quotes and dashes is skipped for files over {MAX_FUZZY_LINES} lines); quote it exactly",
+                    data={"path": path, "edit": n})
             lines = _Lines(content, eol)
         hits = lines.find(want)
         if not hits:

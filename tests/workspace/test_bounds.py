@@ -125,3 +125,15 @@ def test_a_diff_of_huge_files_is_bounded_before_reading(tmp_path: Path) -> None:
     assert out.diff == "" and "too large" in out.note and out.target_exists
     assert (64 << 30) > MAX_PREVIEW_DIFF_INPUT
     os.unlink(root / "big.txt")
+
+
+def test_the_relaxed_retry_is_not_built_for_a_huge_file() -> None:
+    from relay_jupyter.core.edit import MAX_FUZZY_LINES
+
+    small = b"x = \xe2\x80\x9cquoted\xe2\x80\x9d\n"  # smart quotes: only the relaxed retry matches '"quoted"'
+    assert apply_edits(small, [Edit('x = "quoted"', "y")]).fuzzy == (0,)
+    huge = small + b"pad\n" * (MAX_FUZZY_LINES + 1)
+    with pytest.raises(WorkspaceRefusal) as exc:
+        apply_edits(huge, [Edit('x = "quoted"', "y")])
+    assert exc.value.code.value == "EDIT_NO_MATCH" and "relaxed retry" in exc.value.message
+    assert apply_edits(huge, [Edit("x = \u201cquoted\u201d", "y")]).replacements == 1  # exact still works
