@@ -42,8 +42,17 @@ def jupyter_dirs() -> dict[str, list[Path]]:
         jupyter_runtime_dir,
     )
 
-    return {"config": [Path(p) for p in dict.fromkeys([jupyter_config_dir(), *jupyter_config_path()])],
-            "data": [Path(p) for p in dict.fromkeys([jupyter_data_dir(), *jupyter_path()])],
+    def paths(found: list[str]) -> list[Path]:
+        # an empty entry (a stray ':' in JUPYTER_CONFIG_PATH / JUPYTER_PATH) would stand for the current
+        # directory, often the Jupyter root itself, and refuse every push: dropped, with a warning
+        empty = [p for p in found if not p]
+        if empty:
+            log.warning("relay: ignoring %d empty entr%s in the Jupyter paths (JUPYTER_CONFIG_PATH / JUPYTER_PATH)",
+                        len(empty), "y" if len(empty) == 1 else "ies")
+        return [Path(p) for p in dict.fromkeys(found) if p]
+
+    return {"config": paths([jupyter_config_dir(), *jupyter_config_path()]),
+            "data": paths([jupyter_data_dir(), *jupyter_path()]),
             "runtime": [Path(jupyter_runtime_dir())]}
 
 

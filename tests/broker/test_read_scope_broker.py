@@ -198,3 +198,13 @@ async def test_approved_pushes_to_every_protected_target_are_refused_and_write_n
             assert broker.checkpoints.list() == []
         finally:
             broker.close()
+
+
+def test_jupyter_dirs_follow_the_environment_and_drop_empty_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", f"{tmp_path / 'a'}::{tmp_path / 'b'}")
+    monkeypatch.setenv("JUPYTER_PATH", f":{tmp_path / 'd'}")
+    dirs = jupyter_dirs()
+    assert tmp_path / "a" in dirs["config"] and tmp_path / "b" in dirs["config"]
+    assert tmp_path / "d" in dirs["data"]
+    assert all(str(p) not in ("", ".") for kind in dirs.values() for p in kind)
+    assert Path.cwd() not in dirs["config"] + dirs["data"]
