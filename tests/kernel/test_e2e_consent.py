@@ -67,3 +67,32 @@ def test_full_mode_runs_run_code_without_a_card_and_says_so(stack: tuple[RealSer
     shown = text_of(msgs)
     assert shown.index("full mode") < shown.index("Wrote it in full mode.")
     assert "run without asking you" in shown
+
+
+def test_hostile_corpus_through_the_real_broker_stays_in_the_allowlist(
+        stack: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    # every output the cell sent (answer blocks, step lines for hostile tool names, the footer) and every
+    # widget HTML value is parsed as the browser would and checked against the allowlist
+    from relay_jupyter.kernel.rendering import CHROME_TAGS
+
+    from .hostile_corpus import CORPUS, TOOL_NAMES
+    from .test_rendering import CHROME_ATTRS, assert_allowlisted, elements
+
+    _, fake, kc = stack
+    fake.enqueue(Reply(text("\n\n".join(CORPUS)), *[tool_use(name, {name: name}) for name in TOOL_NAMES]))
+    fake.enqueue(Reply(text("corpus done")))
+    reply, msgs = execute(kc, "%%agent\nbe hostile", allow_stdin=False, timeout=90)
+    assert reply["status"] == "ok", text_of(msgs)
+    html = [m["content"]["data"]["text/html"] for m in msgs
+            if m["msg_type"] in ("display_data", "update_display_data") and "text/html" in m["content"]["data"]]
+    html += [str(m["content"]["data"].get("state", {}).get("value", "")) for m in msgs
+             if m["msg_type"] in ("comm_open", "comm_msg")]
+    # the step line of the first hostile tool name: its newline and markup shown as text, on one line
+    assert any("🔧 <code>write`&lt;U+000A&gt;&lt;script&gt;window.__pwned=1&lt;/script&gt;`</code>" in h for h in html)
+    for fragment in html:
+        assert_allowlisted(fragment, CHROME_TAGS, CHROME_ATTRS)
+        for _tag, attrs in elements(fragment):
+            assert all("__pwned" not in (value or "") for _name, value in attrs)
+    shown = text_of(msgs)
+    assert "<script>window.__pwned=1</script>" in shown and "corpus done" in shown
+    assert not any(m["msg_type"] == "display_data" and "text/markdown" in m["content"]["data"] for m in msgs)
