@@ -35,7 +35,9 @@ def conversation_key(origin: str, conversation: str) -> str:
     """The broker's id of the conversation ``conversation`` of ``origin`` (store, runtime, workspace)."""
     if not isinstance(origin, str) or not isinstance(conversation, str):
         raise TypeError("origin and conversation must be strings")
-    return json.dumps([origin, conversation], ensure_ascii=False, separators=(",", ":"))
+    # ASCII-only: a notebook path with a lone surrogate (an undecodable file name) still gives a key that
+    # SQLite and the file system accept
+    return json.dumps([origin, conversation], ensure_ascii=True, separators=(",", ":"))
 
 
 def split_conversation_key(key: str) -> tuple[str, str] | None:

@@ -91,6 +91,18 @@ def test_keys_of_different_pairs_differ_and_split_back(o1, n1, o2, n2) -> None:
     assert split_conversation_key(k1) == (o1, n1)
 
 
+def test_keys_are_ascii_even_for_undecodable_notebook_paths(tmp_path: Path) -> None:
+    origin = "notebook:caf\u00e9/\udcff.ipynb"  # a lone surrogate: a file name that was not UTF-8
+    key = conversation_key(origin, "default")
+    assert key.isascii() and split_conversation_key(key) == (origin, "default")
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "relay"))
+    try:
+        broker.store.save_conversation(key, "notebook:x", "n", [], {})
+        assert broker.store.load_conversation(key)["conv_id"] == key
+    finally:
+        broker.close()
+
+
 def test_the_joined_string_collision_is_gone() -> None:
     assert legacy_key("notebook:a|b", "c") == legacy_key("notebook:a", "b|c")  # the old bug
     assert conversation_key("notebook:a|b", "c") != conversation_key("notebook:a", "b|c")
