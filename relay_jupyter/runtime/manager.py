@@ -108,6 +108,8 @@ class _Run:
     results: dict[str, ToolResult] = field(default_factory=dict)
     steps: int = 0
     finished: bool = False
+    store_failure: Exception | None = None
+    """A store write of this run failed (a full disk): the run ends with its code."""
 
 
 async def _maybe(value: Any) -> Any:
@@ -311,7 +313,7 @@ class RunManager:
             reservation = await _maybe(self.gate.begin_completion(ctx.origin, params.model,
                                                                   estimated_tokens=estimate, run=budget))
             turn = run.current = TurnResult()
-            coalescer = Coalescer(lambda text: self._emit(run, EventType.TEXT_DELTA, {"text": text}),
+            coalescer = Coalescer(lambda text: self._text_delta(run, text),
                                   interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
             try:
                 await drive_turn(backend, model=params.model, system=cfg.system_prompt, messages=messages,
@@ -487,6 +489,22 @@ class RunManager:
             del self._by_conversation[run.ctx.conversation]
 
     # ---- plumbing -------------------------------------------------------------------------
+
+    def _text_delta(self, run: _Run, text: str) -> None:
+        """Emit coalesced text. A store failure is raised into the turn; when the flush came from the
+        coalescer's timer (outside the turn's task) it is kept and raised at the next flush instead
+        of dying in an event-loop callback."""
+        in_turn = asyncio.current_task() is run.task
+        if run.store_failure is not None:
+            if in_turn:
+                raise run.store_failure
+            return
+        try:
+            self._emit(run, EventType.TEXT_DELTA, {"text": text})
+        except StoreError as exc:
+            run.store_failure = exc
+            if in_turn:
+                raise
 
     def _emit(self, run: _Run, type: str, data: dict[str, Any]) -> None:
         self.events.append(type, {"run_id": run.run_id, **data}, origin=run.ctx.origin, run_id=run.run_id)

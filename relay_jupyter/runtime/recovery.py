@@ -118,7 +118,7 @@ def _resolved(pending: dict[str, Any]) -> tuple[str, dict[str, Any], str | None,
     return (EventType.PERMISSION_RESOLVED,
             {"request_id": pending["request_id"], "decision": "withdrawn", "scope": "once",
              "answered_by": "recovery", "answered_at": None,
-             "reason": "the broker that asked stopped before anyone answered"},
+             "reason": "broker stopped"},
             pending.get("origin"), pending.get("run_id"))
 
 
