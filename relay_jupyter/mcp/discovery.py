@@ -17,7 +17,10 @@ Results are rendered to text and capped at ``max_bytes`` with a truncation marke
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,13 +103,39 @@ def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return "its input schema is not an object"
     try:
-        size = len(canonical_json(schema).encode())
+        canonical = canonical_json(schema)
     except (TypeError, ValueError, RecursionError):
         return "its input schema cannot be serialised"
+    size = len(canonical.encode())
     if size > MAX_SCHEMA_BYTES:
         return f"its input schema is {size} bytes (limit {MAX_SCHEMA_BYTES})"
     if schema.get("type") != "object":
         return "its input schema does not have an object root"
+    return _meta_check(canonical)
+
+
+_META_CHECKED: OrderedDict[str, str | None] = OrderedDict()
+_META_CHECKED_MAX = 4096
+
+
+def _meta_check(canonical: str) -> str | None:
+    """``check_schema`` of a schema given as canonical JSON, remembered by its SHA-256 (4096 digests
+    and verdicts, least recently used dropped): a server is re-listed before every call (docs/mcp.md,
+    "Tool identity per call") and the meta-schema check costs milliseconds per tool, while schemas
+    rarely change."""
+    key = hashlib.sha256(canonical.encode()).hexdigest()
+    if key in _META_CHECKED:
+        _META_CHECKED.move_to_end(key)
+        return _META_CHECKED[key]
+    verdict = _meta_check_uncached(canonical)
+    _META_CHECKED[key] = verdict
+    while len(_META_CHECKED) > _META_CHECKED_MAX:
+        _META_CHECKED.popitem(last=False)
+    return verdict
+
+
+def _meta_check_uncached(canonical: str) -> str | None:
+    schema = json.loads(canonical)
     jsonschema = _jsonschema()
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)

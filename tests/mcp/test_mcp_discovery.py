@@ -111,3 +111,15 @@ def test_output_cap_with_marker() -> None:
 def test_structured_only_result_is_rendered() -> None:
     out = render_result(types.CallToolResult(content=[], structured_content={"k": [1, 2]}))
     assert out["content"] == '{"k":[1,2]}'
+
+
+def test_remembered_schema_verdicts_are_the_same_verdicts() -> None:
+    """The per-call re-list remembers meta-schema verdicts by the schema's digest: a second listing
+    skips and accepts exactly what the first did (an invalid schema stays invalid)."""
+    tools = [_tool("ok"), _tool("invalid", {"type": "object", "properties": {"x": {"type": 12}}}),
+             _tool("fine", {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0}}})]
+    first = convert_tools("s", "src", tools)
+    second = convert_tools("s", "src", tools)
+    assert [t.spec for t in first[0]] == [t.spec for t in second[0]]
+    assert [t.spec.name for t in second[0]] == ["s__ok", "s__fine"]
+    assert first[1] == second[1] and "valid JSON Schema" in second[1][0]
