@@ -164,6 +164,7 @@ def test_redact_masks_keys_and_token_shapes():
 def test_relay_serve_refuses_at_start_with_one_line(tmp_path, monkeypatch, capsys, url, fragment):
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "rt"))
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "cfg"))  # none of the user's own settings
     config = tmp_path / "relay.json"
     config.write_text(json.dumps({"openai_base_url": url}))
     assert main(["serve", "--listen", "tcp://127.0.0.1:0", "--config", str(config)]) == 2
@@ -187,6 +188,20 @@ def test_relay_serve_process_exits_2_with_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("jupyter relay: c.RelayApp.anthropic_base_url: credentials")
+    assert PASSWORD not in out.stderr + out.stdout
+
+
+def test_relay_serve_refuses_a_bad_url_from_the_jupyter_config_files(tmp_path):
+    # jupyter relay serve reads c.RelayApp.* from the user's Jupyter config too: the same policy applies
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "jupyter_server_config.py").write_text(
+        f"c.RelayApp.openai_base_url = 'http://u:{PASSWORD}@llm.internal:8000/v1'\n")
+    out = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "serve", "--listen", "tcp://127.0.0.1:0"],
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jupyter relay: c.RelayApp.openai_base_url: credentials")
     assert PASSWORD not in out.stderr + out.stdout
 
 

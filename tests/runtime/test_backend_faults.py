@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from relay_jupyter.backends.base import Progress
 from relay_jupyter.core.consent import StaticConsent
 from relay_jupyter.core.types import ConsentDecision
 from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
@@ -143,3 +144,23 @@ async def test_complete_answers_finish(backend_name, fault, fault_name):
     assert terminal == EventType.DONE
     kept = last_assistant(rig)
     assert kept["content"][0]["text"] == TEXT and "incomplete" not in kept
+
+
+async def test_internal_is_only_for_bugs_and_logs_a_traceback(fault, caplog):
+    class Buggy:
+        name = "buggy"
+
+        def allows_model(self, model):
+            return True
+
+        async def stream_turn(self, model, system, messages, tools, max_tokens):
+            yield Progress()
+            raise RuntimeError("a bug in relay, not the model server")
+
+    rig = make_rig("anthropic", fault, config=SHORT, extra_backends={"buggy": Buggy()})
+    with caplog.at_level("ERROR", logger="relay_jupyter.runtime.manager"):
+        run_id, terminal = await rig.run(backend="buggy")
+    error = error_of(rig, run_id)
+    assert error["code"] == "INTERNAL" and error["message"] == "internal error (RuntimeError)"
+    (record,) = [r for r in caplog.records if run_id in r.getMessage()]
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError  # the traceback is logged
