@@ -152,3 +152,61 @@ def test_the_traversal_corpus_never_reads_a_secret(env) -> None:
         outcomes["read"] = outcomes.get("read", 0) + 1
     assert outcomes.get("PATH_REFUSED", 0) > len(payloads) // 2, outcomes
     print("traversal corpus outcomes:", outcomes)
+
+
+def test_workspace_diff_refuses_credentials(env) -> None:
+    from relay_jupyter.broker import workspace_methods as wm
+    from relay_jupyter.broker.conversation_keys import conversation_key
+    from relay_jupyter.core.caller import Caller, CallerKind
+
+    caller = Caller(kind=CallerKind.KERNEL, origin=NB, client_id="kernel:k")
+    env.tools.manager.for_conversation(conversation_key(NB, "c")).write(".ssh/id_rsa", b"x\n")
+
+    class B:
+        workspace_tools = env.tools
+
+    with pytest.raises(WorkspaceRefusal) as exc:
+        asyncio.run(wm.workspace_diff(B(), caller, wm.WorkspaceDiffParams(conversation="c", path=".ssh/id_rsa")))
+    assert exc.value.code.value == "PATH_REFUSED" and "credential" in exc.value.message
+
+
+def test_tools_call_without_the_runtime_applies_the_per_call_class(env) -> None:
+    """The broker's own tools.call path (no runtime wired) asks for a pull outside the read roots too."""
+    from relay_jupyter.broker.broker import Broker
+    from relay_jupyter.broker.config import BrokerConfig
+    from relay_jupyter.broker.dispatch import call_method
+    from relay_jupyter.core.caller import Caller, CallerKind
+    from relay_jupyter.core.types import Grant
+    from relay_jupyter.protocol.names import EventType
+
+    caller = Caller(kind=CallerKind.KERNEL, origin=NB, client_id="kernel:k")
+    broker = Broker.open(BrokerConfig(in_memory=True, consent_timeout=5))
+    broker.workspace_tools = env.tools
+    assert getattr(broker, "client_tools", None) is None
+    broker.grants.issue(Grant(origin=NB, tools=frozenset({"*"}), models=frozenset({"*"}), consent_id="click"))
+
+    async def go():
+        inside = await call_method(broker, caller, "tools.call", {"conversation": "c", "tool": "scratch_pull",
+                                                                  "arguments": {"source": "proj/data/x.csv", "path": "a"}})
+        assert not inside["is_error"]
+        assert not [e for e in broker.store.events_since(0) if e.type == EventType.PERMISSION_REQUEST]
+        task = asyncio.create_task(call_method(broker, caller, "tools.call", {
+            "conversation": "c", "tool": "scratch_pull", "arguments": {"source": "other/notes.txt", "path": "b"}}))
+        async with asyncio.timeout(10):
+            while not (asked := [e for e in broker.store.events_since(0) if e.type == EventType.PERMISSION_REQUEST]):
+                await asyncio.sleep(0.01)
+        assert asked[0].data["tool_class"] == "write" and "other/notes.txt" in "\n".join(asked[0].data["reasons"])
+        await call_method(broker, caller, "permission.answer", {"request_id": asked[0].data["request_id"],
+                                                                 "decision": "deny", "scope": "once"})
+        with pytest.raises(Exception) as exc:
+            await task
+        assert "CONSENT_DENIED" in repr(exc.value) or "denied" in str(exc.value).lower()
+
+    try:
+        asyncio.run(go())
+        from relay_jupyter.broker.conversation_keys import conversation_key
+
+        ws = env.tools.manager.for_conversation(conversation_key(NB, "c"))
+        assert ws.exists("a") and not ws.exists("b")
+    finally:
+        broker.close()
