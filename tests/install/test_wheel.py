@@ -58,7 +58,7 @@ def _build(tree: Path, kind: str, out: Path, **env: str) -> subprocess.Completed
     # --no-isolation: the test venv already holds the build requirements (hatchling, hatch-jupyter-builder,
     # jupyterlab for jlpm), so no second copy of JupyterLab is downloaded for the build environment
     return _run([sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(out), "."],
-                cwd=tree, env={**os.environ, **env})
+                cwd=tree, env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env})
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def lab_from_wheel(clean_venv: Path, tmp_path: Path) -> Iterator[str]:
+def lab_from_wheel(clean_venv: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
     env = _jupyter_env(tmp_path)
@@ -170,7 +170,7 @@ def lab_from_wheel(clean_venv: Path, tmp_path: Path) -> Iterator[str]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise AssertionError((tmp_path / "lab.log").read_text(errors="replace")[-3000:]) from None
                 time.sleep(0.3)
-        yield url
+        yield url, tmp_path / "lab.log"
     finally:
         proc.terminate()
         try:
@@ -181,22 +181,26 @@ def lab_from_wheel(clean_venv: Path, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def test_the_panel_from_the_wheel_loads_in_jupyterlab(lab_from_wheel: str) -> None:
+def test_the_panel_from_the_wheel_loads_in_jupyterlab(lab_from_wheel: tuple[str, Path]) -> None:
     from playwright.sync_api import sync_playwright
 
+    url, log = lab_from_wheel
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             console: list[str] = []
             page.on("console", lambda msg: console.append(msg.text))
-            page.goto(f"{lab_from_wheel}lab?token={TOKEN}")
+            page.goto(f"{url}lab?token={TOKEN}")
             tab = page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]')
             tab.wait_for(timeout=90_000)
             tab.click()
             panel = page.locator("#relay-jupyter-panel")
             panel.wait_for(state="visible", timeout=30_000)
-            panel.get_by_text("Connected to the relay broker.").wait_for(timeout=30_000)
+            try:
+                panel.get_by_text("Connected to the relay broker.").wait_for(timeout=30_000)
+            except Exception as exc:
+                raise AssertionError(log.read_text(errors="replace")[-3000:]) from exc
             assert not [m for m in console if "Unsatisfied version" in m and "relay" in m], console
         finally:
             browser.close()
