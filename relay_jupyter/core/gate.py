@@ -11,7 +11,9 @@ Tool calls (:meth:`Gate.call_tool`), in the order of DESIGN.md §2, fail-closed 
 
 Model requests (:meth:`Gate.begin_completion` / :meth:`Gate.settle_completion`): grant, model
 allowlist, rate, per-run step and token caps (tightened to the live grant's at each request), then
-a day reservation of tokens and worst-case cost; settled with the actual usage afterwards.
+a day reservation of the whole request's bound (tokens and worst-case cost, held in the store);
+settled afterwards with what :func:`~relay_jupyter.core.budgets.judge_usage` decides — never more
+than the reservation (docs/gate.md §6).
 
 Every decision is audited — refusals included — with arguments only in redacted form. The
 allow record is written *before* the tool runs: if the audit sink fails, the tool does not
@@ -27,7 +29,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from .budgets import BudgetLedger, Reservation, RunBudget
+from .budgets import BudgetLedger, RequestEstimate, Reservation, RunBudget, cost_within, judge_usage
 from .classify import hint_class
 from .errors import Code, GateRefusal, Refusal
 from .grants import GrantBook
@@ -236,9 +238,16 @@ class Gate:
                               data={"origin": origin})
         return grant
 
-    def begin_completion(self, origin: str, model: str, *, estimated_tokens: int,
-                         run: RunBudget | None = None, purpose: str | None = None) -> Reservation:
+    def begin_completion(self, origin: str, model: str, *, estimated_tokens: int | None = None,
+                         estimate: RequestEstimate | None = None, run: RunBudget | None = None,
+                         purpose: str | None = None) -> Reservation:
         """Check and reserve budget for one model request; audited as tool ``model:<id>``.
+
+        ``estimate`` (from :func:`~relay_jupyter.core.budgets.estimate_request`: the whole request plus
+        ``max_tokens``) sizes the reservation — its tokens, and its cost at the model's highest input
+        rate for the input and the output rate for ``max_tokens`` — and bounds what the request can be
+        charged at :meth:`settle_completion`. ``estimated_tokens`` alone (the reviewer's meter) reserves
+        that many tokens at the model's highest rate.
 
         ``purpose="review"`` marks a request the broker makes on the origin's behalf with a model
         of its own configuration (the review-mode reviewer): it is charged to the origin's rate and
@@ -247,15 +256,22 @@ class Gate:
 
         Raises:
             GateRefusal: UNAUTHORIZED, SCOPE_EXCEEDED (names the model), BUDGET_EXCEEDED.
-            ValueError: ``estimated_tokens`` is negative or not an int.
+            ValueError: ``estimated_tokens`` is negative or not an int, or neither it nor ``estimate`` given.
         """
         t0 = _perf()
         if not isinstance(origin, str) or not isinstance(model, str) or not model:
             raise TypeError("origin and model must be non-empty str")
+        if estimate is not None:
+            if not isinstance(estimate, RequestEstimate):
+                raise TypeError("estimate must be a RequestEstimate")
+            estimated_tokens = estimate.total
         if not isinstance(estimated_tokens, int) or isinstance(estimated_tokens, bool) or estimated_tokens < 0:
             raise ValueError("estimated_tokens must be a non-negative int")
         tool = MODEL_TOOL_PREFIX + model
         audit_args: dict[str, Any] = {"estimated_tokens": estimated_tokens}
+        if estimate is not None:
+            audit_args["estimated_input_tokens"] = estimate.input_tokens
+            audit_args["max_output_tokens"] = estimate.max_output
         if purpose is not None:
             audit_args["purpose"] = str(purpose)[:40]
         try:
@@ -269,8 +285,10 @@ class Gate:
                 run.narrow_to(grant.budget.max_steps_per_run, grant.budget.max_tokens_per_run)
                 run.check_step()
                 run.check_tokens(estimated_tokens)
-            cost = self.pricing.estimate(model, estimated_tokens)
-            reservation = self.ledger.reserve(origin, grant, tokens=estimated_tokens, cost_usd=cost)
+            cost = (self.pricing.bound(model, estimate.input_tokens, estimate.max_output) if estimate is not None
+                    else self.pricing.estimate(model, estimated_tokens))
+            reservation = self.ledger.reserve(origin, grant, tokens=estimated_tokens, cost_usd=cost,
+                                              estimate=estimate)
             if run is not None:
                 try:
                     run.step()
@@ -289,9 +307,17 @@ class Gate:
             raise
         return reservation
 
-    def settle_completion(self, reservation: Reservation, model: str, usage: Usage,
-                          run: RunBudget | None = None) -> float:
-        """Commit the actual ``usage`` of a request begun with :meth:`begin_completion`; returns its cost.
+    def settle_completion(self, reservation: Reservation, model: str, usage: Usage | None,
+                          run: RunBudget | None = None, *, outcome: str = "complete",
+                          streamed_output_tokens: int = 0) -> float:
+        """Charge a request begun with :meth:`begin_completion`; returns the cost charged.
+
+        What is charged is decided by :func:`~relay_jupyter.core.budgets.judge_usage` and never exceeds
+        the reservation: reported usage within the request's bounds as reported; absurd usage (negative,
+        input above the estimate, output above ``max_tokens``) the reservation, audited ``clamped`` with
+        the reported figures; no usage (``usage`` None or all zero: a llama.cpp server streaming) the
+        input estimate plus ``streamed_output_tokens``, audited ``estimated``; ``outcome`` other than
+        ``complete`` (see ``judge_usage``) the reservation, the input estimate or nothing.
 
         Raises:
             TypeError: ``reservation`` or ``usage`` of the wrong type.
@@ -299,17 +325,30 @@ class Gate:
         t0 = _perf()
         if not isinstance(reservation, Reservation):
             raise TypeError("reservation must come from begin_completion()")
-        if not isinstance(usage, Usage):
+        if usage is not None and not isinstance(usage, Usage):
             usage = Usage.model_validate(usage)
-        cost = self.pricing.cost(model, usage)
+        charge = judge_usage(reservation.tokens, reservation.estimate, usage, outcome=outcome,
+                             streamed_output_tokens=streamed_output_tokens)
+        if charge.usage is None:
+            cost = reservation.cost_usd
+        elif charge.basis in ("estimated", "input_estimate"):
+            cost = self.pricing.bound(model, charge.usage.input_tokens + charge.usage.cache_creation_input_tokens
+                                      + charge.usage.cache_read_input_tokens, charge.usage.output_tokens)
+        else:
+            cost = self.pricing.cost(model, charge.usage)
+        cost = cost_within(cost, reservation.cost_usd)
         first = not reservation.done
-        reservation.settle(usage.total, cost)
+        reservation.settle(charge.tokens, cost)
         if run is not None and first:
-            run.add_tokens(usage.total)
+            run.add_tokens(charge.tokens)
         if first:
+            args: dict[str, Any] = {"tokens": charge.tokens, "cost_usd": round(cost, 6), "basis": charge.basis}
+            if charge.reported is not None:
+                args["reported"] = charge.reported
+            if outcome != "complete":
+                args["outcome"] = str(outcome)[:20]
             self._record(origin=reservation.origin, tool=MODEL_TOOL_PREFIX + model, tool_class=None,
-                         decision="settled", code=None, t0=t0,
-                         arguments={"tokens": usage.total, "cost_usd": round(cost, 6)})
+                         decision="settled", code=None, t0=t0, arguments=args)
         return cost
 
     def allowed_tools(self, origin: str, names: Iterable[str]) -> list[str]:

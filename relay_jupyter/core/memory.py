@@ -55,11 +55,16 @@ class MemoryGrantStore:
 
 
 class MemoryLedger:
-    """``Ledger``: committed (tokens, cost_usd) per (origin, UTC day)."""
+    """``Ledger``: committed (tokens, cost_usd) per (origin, UTC day), and the holds (reservations) of
+    requests in flight. A hold's check and insert happen under one lock, as the SQLite store does them
+    in one ``BEGIN IMMEDIATE`` transaction."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._rows: dict[tuple[str, str], tuple[int, float]] = {}
+        # hold id -> (origin, day, tokens, cost_usd, expires_at, charged by sweep_holds)
+        self._holds: dict[str, tuple[str, str, int, float, float, bool]] = {}
+        self._next_hold = 0
 
     def usage(self, origin: str, day: str) -> tuple[int, float]:
         """(tokens, cost_usd) committed so far for ``origin`` on ``day``."""
@@ -73,6 +78,60 @@ class MemoryLedger:
         with self._lock:
             t, c = self._rows.get((origin, day), (0, 0.0))
             self._rows[(origin, day)] = (t + int(tokens), c + float(cost_usd))
+
+    def held(self, origin: str, day: str) -> tuple[int, float]:
+        """(tokens, cost_usd) held by live reservations of ``origin`` on ``day``."""
+        with self._lock:
+            hs = [h for h in self._holds.values() if h[0] == origin and h[1] == day and not h[5]]
+            return sum(h[2] for h in hs), sum(h[3] for h in hs)
+
+    def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
+             check: Callable[[int, float, int, float], None]) -> str:
+        """Charge expired holds, then call ``check(used_tokens, used_cost, held_tokens, held_cost)``
+        (it raises to refuse) and record a hold of ``tokens``/``cost_usd``; all under one lock.
+        Returns the hold's id."""
+        with self._lock:
+            self.sweep_holds(now)
+            used_t, used_c = self.usage(origin, day)
+            held_t, held_c = self.held(origin, day)
+            check(used_t, used_c, held_t, held_c)
+            self._next_hold += 1
+            hold_id = f"h{self._next_hold}"
+            self._holds[hold_id] = (origin, day, int(tokens), float(cost_usd), float(expires_at), False)
+            return hold_id
+
+    def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool:
+        """Commit ``tokens``/``cost_usd`` (None: nothing, the request was never sent) and drop the hold.
+        A hold already charged by :meth:`sweep_holds` (it expired) adds only what exceeds its amount.
+        The usage is committed before the hold goes, so a failing commit keeps the hold. True when the
+        hold was live."""
+        with self._lock:
+            h = self._holds.get(hold_id)
+            if h is None:
+                return False
+            if tokens is not None and cost_usd is not None:
+                if h[5]:
+                    self.add_usage(h[0], h[1], max(0, tokens - h[2]), max(0.0, cost_usd - h[3]))
+                else:
+                    self.add_usage(h[0], h[1], tokens, cost_usd)
+            del self._holds[hold_id]
+            return not h[5]
+
+    def sweep_holds(self, now: float) -> int:
+        """Charge every live hold whose ``expires_at`` has passed at its full amount (its broker died
+        or lost it: the request may have been sent); charged holds are forgotten a day after expiry.
+        Returns how many were charged."""
+        with self._lock:
+            n = 0
+            for k, h in list(self._holds.items()):
+                if h[5]:
+                    if h[4] + 86400 <= now:
+                        del self._holds[k]
+                elif h[4] <= now:
+                    self.add_usage(h[0], h[1], h[2], h[3])
+                    self._holds[k] = (*h[:5], True)
+                    n += 1
+            return n
 
 
 class MemoryAuditSink:

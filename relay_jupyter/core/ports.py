@@ -7,7 +7,7 @@ the durable SQLite / JSON-lines ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .types import AuditRecord, ConsentRequest, ConsentResult, Event, Grant
@@ -31,6 +31,16 @@ class Ledger(Protocol):
     def usage(self, origin: str, day: str) -> tuple[int, float]:
         """(tokens, cost_usd) committed so far."""
     def add_usage(self, origin: str, day: str, tokens: int, cost_usd: float) -> None: ...
+    # Holds (reservations) of requests in flight, kept in the store itself so that every broker on
+    # one data dir sees them: ``hold`` checks and inserts atomically (one transaction), ``finish_hold``
+    # commits the usage and drops the hold in one transaction (see core/budgets.py).
+    def held(self, origin: str, day: str) -> tuple[int, float]:
+        """(tokens, cost_usd) held by live reservations."""
+    def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
+             check: Callable[[int, float, int, float], None]) -> str:
+        """Charge expired holds; ``check(used_t, used_c, held_t, held_c)`` raises to refuse; else insert. Returns an id."""
+    def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool: ...
+    def sweep_holds(self, now: float) -> int: ...
 
 
 @runtime_checkable

@@ -142,6 +142,21 @@ class Pricing:
             raise ValueError("tokens must be a non-negative int")
         return tokens * self.price(model).worst / _PER
 
+    def bound(self, model: str, input_tokens: int, output_tokens: int) -> float:
+        """Worst-case USD cost of a request of at most ``input_tokens`` in (priced at the highest of the
+        input, cache-write and cache-read rates: the server decides which applies) and ``output_tokens``
+        out (the output rate). Sizes a reservation from a :class:`~relay_jupyter.core.budgets.RequestEstimate`
+        and prices an estimated charge; never below :meth:`cost` of any usage within those counts.
+
+        Raises:
+            ValueError: a count is negative or not an int.
+        """
+        for n in (input_tokens, output_tokens):
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError("token counts must be non-negative ints")
+        p = self.price(model)
+        return (input_tokens * max(p.input, p.cache_write, p.cache_read) + output_tokens * p.output) / _PER
+
     def table(self) -> dict[str, dict[str, float]]:
         """The merged table, for display (``jupyter relay budget``) and docs."""
         return {m: p.model_dump() for m, p in sorted(self._prices.items())}

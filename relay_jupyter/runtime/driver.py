@@ -16,18 +16,20 @@ either raises ``BackendFailure(BACKEND_TIMEOUT)``. Whenever a turn ends by an ex
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Backend, Stop, TextDelta, ToolCallDone, UsageEvent, failure
+from ..core.budgets import estimate_text_tokens
 from ..core.errors import Code
 from ..core.types import ToolSpec, Usage
 from .call_ids import CallIds
 from .tools import MAX_ARGUMENT_BYTES
 
-__all__ = ["Coalescer", "TurnResult", "drive_turn"]
+__all__ = ["Coalescer", "TurnResult", "charge_outcome", "drive_turn", "streamed_output_tokens"]
 
 
 class Coalescer:
@@ -83,6 +85,10 @@ class TurnResult:
     stop: str | None = None
     incomplete: bool = False
     """True when the turn ended by a failure, a deadline or a cancel: the text is a partial answer."""
+    events: int = 0
+    """Events received from the backend (0: the answer never began; see :func:`charge_outcome`)."""
+    usage_reported: bool = False
+    """True once the backend sent a usage event (a llama.cpp server streaming sends none)."""
 
     @property
     def text(self) -> str:
@@ -124,6 +130,7 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
     try:
         async with asyncio.timeout_at(when if when != float("inf") else None) as timer:
             async for event in stream:
+                result.events += 1
                 if type(event) is TextDelta:
                     result.text_parts.append(event.text)
                     coalescer.add(event.text)
@@ -131,6 +138,7 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
                     result.calls.append(call_ids.claim(event) if call_ids is not None else event)
                 elif isinstance(event, UsageEvent):
                     result.usage = event.usage
+                    result.usage_reported = True
                 elif isinstance(event, Stop):
                     result.stop = event.reason
                 if idle != float("inf"):
@@ -160,3 +168,38 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
         result.incomplete = True
         raise failure(Code.BACKEND_ERROR, "the model server closed the stream before the answer ended")
     return result
+
+
+# ---- what a turn is charged (the gate's settle_completion arguments) ------------------------------
+
+def charge_outcome(result: TurnResult, exc: BaseException | None) -> str:
+    """The ``outcome`` of :func:`~relay_jupyter.core.budgets.judge_usage` for a turn that ended with
+    ``exc`` (None: it completed): ``complete``; ``refused`` when the server answered an HTTP error
+    before any event (nothing was generated); ``not_started`` when it failed or was cancelled before
+    any event (the prompt may have been processed); else ``interrupted`` (the answer had begun: it
+    may have run to ``max_tokens``)."""
+    if exc is None:
+        return "complete"
+    if result.events == 0:
+        return "refused" if getattr(exc, "status", None) else "not_started"
+    return "interrupted"
+
+
+def streamed_output_tokens(result: TurnResult, max_tokens: int) -> int:
+    """A conservative token count of what the turn streamed, for a server that reports no usage:
+    ``max_tokens`` when the turn stopped at that limit (the server generated exactly that many), else
+    the estimate of its text and its tool calls (name and arguments)."""
+    if result.stop == "max_tokens":
+        return max_tokens
+    n = estimate_text_tokens(result.text)
+    for c in result.calls:
+        n += 8 + estimate_text_tokens(c.name) + max(estimate_text_tokens(c.raw or ""), c.raw_size // 3,
+                                                    estimate_text_tokens(_json_args(c.input)))
+    return n
+
+
+def _json_args(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except ValueError:
+        return ""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Backend, ToolCallDone
+from ..core.budgets import estimate_request
 from ..core.consent import StaticConsent
 from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, RoutingRefusal
 from ..core.types import ConsentDecision, PermissionMode
@@ -27,7 +28,7 @@ from ..storage.errors import StoreError
 from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block, user_message
 from .conversations import next_turn
-from .driver import Coalescer, TurnResult, drive_turn
+from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens
 from .executor import Executor
 from .recovery import recover, stored_messages
 from .review import ReviewConsent
@@ -309,9 +310,10 @@ class RunManager:
             # the capability set: only what the grant allows now (re-read each step, so a grant
             # narrowed or revoked mid-run shrinks the offer at the next request)
             specs = await self._offered(ctx.origin, index)
-            estimate = _estimate_tokens(messages, cfg.system_prompt) + max_tokens
+            # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
+            estimate = estimate_request(cfg.system_prompt, messages, specs, max_tokens)
             reservation = await _maybe(self.gate.begin_completion(ctx.origin, params.model,
-                                                                  estimated_tokens=estimate, run=budget))
+                                                                  estimate=estimate, run=budget))
             turn = run.current = TurnResult()
             coalescer = Coalescer(lambda text: self._text_delta(run, text),
                                   interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
@@ -320,8 +322,17 @@ class RunManager:
                                  tools=specs, max_tokens=max_tokens, coalescer=coalescer, result=turn,
                                  call_ids=call_ids, turn_timeout=cfg.turn_timeout,
                                  idle_timeout=cfg.turn_idle_timeout)
+            except BaseException as exc:
+                ended = exc
+                raise
+            else:
+                ended = None
             finally:
-                await _maybe(self.gate.settle_completion(reservation, params.model, turn.usage, budget))
+                # charged what judge_usage decides: reported, clamped, estimated, or the reservation
+                await _maybe(self.gate.settle_completion(
+                    reservation, params.model, turn.usage if turn.usage_reported else None, budget,
+                    outcome=charge_outcome(turn, ended),
+                    streamed_output_tokens=streamed_output_tokens(turn, max_tokens)))
                 self._emit(run, EventType.USAGE, turn.usage.model_dump())
             run.current = None
             self._append_assistant(run, turn)
@@ -560,12 +571,3 @@ def _name_of(history: list[dict[str, Any]]) -> str:
                 if isinstance(b, dict) and b.get("type") == "text":
                     return " ".join(b.get("text", "").split())[:80]
     return ""
-
-
-def _estimate_tokens(messages: list[dict[str, Any]], system: str) -> int:
-    """A cheap upper-ish estimate (4 characters a token) for the budget reservation."""
-    chars = len(system)
-    for m in messages:
-        for b in m["content"]:
-            chars += len(b.get("text") or "") + len(str(b.get("content") or "")) + len(str(b.get("input") or ""))
-    return chars // 4 + 1

@@ -1,8 +1,10 @@
-"""Keyed records of the store: grants, the budget ledger, conversations, saved trust, tool pins."""
+"""Keyed records of the store: grants, the budget ledger and its holds, conversations, saved trust, tool pins."""
 
 from __future__ import annotations
 
 import json
+import secrets
+from collections.abc import Callable
 from typing import Any
 
 from ..core.types import Grant, ToolClass
@@ -51,11 +53,83 @@ class GrantsMixin(Database):
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
         with self.transaction() as conn:
-            conn.execute(
-                "INSERT INTO ledger (origin, day, tokens, cost_usd) VALUES (?,?,?,?) "
-                "ON CONFLICT (origin, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
-                "cost_usd = cost_usd + excluded.cost_usd",
-                (origin, day, int(tokens), float(cost_usd)))
+            _add(conn, origin, day, int(tokens), float(cost_usd))
+
+
+    # -- budget holds (reservations): shared by every broker process on this file ------------------
+    def held(self, origin: str, day: str) -> tuple[int, float]:
+        """(tokens, cost_usd) held by live reservations of ``origin`` on ``day``."""
+        rows = self.query("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
+                          "WHERE origin = ? AND day = ? AND charged = 0", (origin, day))
+        return int(rows[0][0]), float(rows[0][1])
+
+    def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
+             check: Callable[[int, float, int, float], None]) -> str:
+        """One ``BEGIN IMMEDIATE`` transaction: charge expired holds, read the day's committed usage
+        and live holds, call ``check(used_tokens, used_cost, held_tokens, held_cost)`` (it raises to
+        refuse: the transaction rolls back) and insert a hold. SQLite's write lock makes the check and
+        the insert atomic across every process on the file. Returns the hold's id."""
+        check_text("origin", origin)
+        check_text("day", day)
+        check_amount("tokens", tokens)
+        check_amount("cost_usd", cost_usd)
+        hold_id = secrets.token_hex(12)
+        with self.transaction() as conn:
+            _sweep(conn, now)
+            used = conn.execute("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?",
+                                (origin, day)).fetchone() or (0, 0.0)
+            held = conn.execute("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
+                                "WHERE origin = ? AND day = ? AND charged = 0", (origin, day)).fetchone()
+            check(int(used[0]), float(used[1]), int(held[0]), float(held[1]))
+            conn.execute("INSERT INTO budget_holds (hold_id, origin, day, tokens, cost_usd, created_at, expires_at) "
+                         "VALUES (?,?,?,?,?,?,?)", (hold_id, origin, day, int(tokens), float(cost_usd), float(now),
+                                                    float(expires_at)))
+        return hold_id
+
+    def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool:
+        """One transaction: commit ``tokens``/``cost_usd`` (None: nothing, the request was never sent)
+        and delete the hold. A hold already charged by :meth:`sweep_holds` adds only what exceeds its
+        amount. True when the hold was live (neither finished nor expired)."""
+        if tokens is not None:
+            check_amount("tokens", tokens)
+            check_amount("cost_usd", cost_usd)
+        with self.transaction() as conn:
+            row = conn.execute("SELECT origin, day, tokens, cost_usd, charged FROM budget_holds WHERE hold_id = ?",
+                               (hold_id,)).fetchone()
+            if row is None:
+                return False
+            origin, day, held_t, held_c, charged = row
+            if tokens is not None and cost_usd is not None:
+                t, c = (max(0, tokens - held_t), max(0.0, cost_usd - held_c)) if charged else (tokens, cost_usd)
+                _add(conn, origin, day, int(t), float(c))
+            conn.execute("DELETE FROM budget_holds WHERE hold_id = ?", (hold_id,))
+            return not charged
+
+    def sweep_holds(self, now: float) -> int:
+        """Charge every live hold whose ``expires_at`` has passed at its full amount (its broker died:
+        the request may have been sent); charged holds are deleted a day after expiry. Returns how many
+        were charged."""
+        with self.transaction() as conn:
+            return _sweep(conn, now)
+
+
+def _add(conn: Any, origin: str, day: str, tokens: int, cost_usd: float) -> None:
+    conn.execute(
+        "INSERT INTO ledger (origin, day, tokens, cost_usd) VALUES (?,?,?,?) "
+        "ON CONFLICT (origin, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
+        "cost_usd = cost_usd + excluded.cost_usd",
+        (origin, day, tokens, cost_usd))
+
+
+def _sweep(conn: Any, now: float) -> int:
+    expired = conn.execute("SELECT origin, day, tokens, cost_usd FROM budget_holds "
+                           "WHERE charged = 0 AND expires_at <= ?", (now,)).fetchall()
+    for origin, day, tokens, cost in expired:
+        _add(conn, origin, day, int(tokens), float(cost))
+    if expired:
+        conn.execute("UPDATE budget_holds SET charged = 1 WHERE charged = 0 AND expires_at <= ?", (now,))
+    conn.execute("DELETE FROM budget_holds WHERE charged = 1 AND expires_at <= ?", (now - 86400.0,))
+    return len(expired)
 
 
 class ConversationsMixin(Database):

@@ -93,12 +93,16 @@ class FakeOpenAI(ScriptedServer):
         default: what to answer when the queue is empty.
         max_body_bytes: larger request bodies get 413.
         models: ids listed by ``GET /v1/models``.
+        stream_usage: when False, a streamed answer carries no usage even when the request asks for
+            it (``stream_options.include_usage``), as a llama.cpp server streams.
     """
 
     def __init__(self, api_key: str | None = None, default: Reply | str | None = None,
-                 max_body_bytes: int = 32 * 1024 * 1024, models: tuple[str, ...] = ("gpt-fake-1",)) -> None:
+                 max_body_bytes: int = 32 * 1024 * 1024, models: tuple[str, ...] = ("gpt-fake-1",),
+                 stream_usage: bool = True) -> None:
         super().__init__(api_key=api_key, default=default, max_body_bytes=max_body_bytes)
         self.models = models
+        self.stream_usage = stream_usage
 
     @property
     def base_url(self) -> str:
@@ -182,7 +186,7 @@ class FakeOpenAI(ScriptedServer):
 
     async def _stream(self, responder: Responder, reply: Reply, body: dict[str, Any]) -> None:
         """``data: {chunk}`` lines as the OpenAI API sends them, then ``data: [DONE]``."""
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = self.stream_usage and bool((body.get("stream_options") or {}).get("include_usage"))
         base = {"id": f"chatcmpl-fake{secrets.token_hex(8)}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": reply.model or body["model"]}
 

@@ -323,3 +323,199 @@ def test_run_budget_bad_input():
         rb.step()  # a zero cap allows no step
     with pytest.raises(ValueError):
         rb.check_tokens(-1)
+
+
+# ---- request estimates: the whole request, conservatively ----------------------------------------
+
+from relay_jupyter.core.budgets import (  # noqa: E402
+    RequestEstimate,
+    estimate_request,
+    estimate_text_tokens,
+    judge_usage,
+)
+from relay_jupyter.core.types import ToolSpec, Usage  # noqa: E402
+from relay_jupyter.testing.scripted import count_request_tokens  # noqa: E402
+
+TOOLS = [ToolSpec(name=f"tool_{i}", description="Reads a file of the notebook's workspace and returns it " * 3,
+                  input_schema={"type": "object", "properties": {"path": {"type": "string", "description": "a path"},
+                                                                 "max_bytes": {"type": "integer"}},
+                                "required": ["path"]}) for i in range(12)]
+
+
+def test_estimate_counts_system_tools_history_and_max_tokens():
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}]
+    bare = estimate_request("", msgs, [], 16)
+    with_system = estimate_request("You are helpful. " * 20, msgs, [], 16)
+    with_tools = estimate_request("", msgs, TOOLS, 16)
+    longer = estimate_request("", [*msgs, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "tool_1", "input": {"path": "x" * 300}}]}], [], 16)
+    assert bare.max_output == 16 and bare.total == bare.input_tokens + 16
+    for bigger in (with_system, with_tools, longer):
+        assert bigger.input_tokens > bare.input_tokens
+    # each tool's description and schema count (the measured defect: 118 reserved, 432 used)
+    assert with_tools.input_tokens - bare.input_tokens >= sum(len(t.description) // 3 for t in TOOLS)
+    with pytest.raises(ValueError):
+        estimate_request("", msgs, [], -1)
+
+
+def test_estimate_is_above_the_fake_servers_count_of_the_same_request():
+    """The fakes report words of system + messages + tools as input usage: the estimate of the same
+    request, as the broker sends it, is never below that (so honest fake usage is never clamped)."""
+    system = "You are an assistant working inside a notebook. " * 5
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "please read a.txt and b.txt " * 10}]}]
+    body = {"system": system, "messages": msgs,
+            "tools": [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in TOOLS]}
+    est = estimate_request(system, msgs, TOOLS, 16)
+    assert est.input_tokens >= count_request_tokens(body)
+
+
+@HYPO
+@given(st.text(max_size=400))
+def test_text_estimate_bounds(text):
+    n = estimate_text_tokens(text)
+    assert n >= len(text.split())  # never below one token a word
+    assert n >= sum(c.isdigit() and c.isascii() for c in text)  # a digit is a token (Llama 2, Gemma)
+    assert n <= len(text.encode("utf-8", "surrogatepass"))  # never above one token a byte
+    non_ascii = sum(not c.isascii() for c in text)
+    assert n >= non_ascii  # a CJK character or an emoji is at least one token
+
+
+def test_text_estimate_values():
+    assert estimate_text_tokens("") == 0
+    assert estimate_text_tokens("abc") == 1
+    assert estimate_text_tokens("abcd") == 2
+    assert estimate_text_tokens("2026") == 4
+    assert estimate_text_tokens("日本") == 5  # 2 extra bytes a character, plus 2 characters / 3
+    assert estimate_text_tokens("😀") == 4
+
+
+# ---- judging reported usage ---------------------------------------------------------------------------
+
+EST = RequestEstimate(input_tokens=400, max_output=100)
+
+
+@pytest.mark.parametrize("usage, basis, tokens", [
+    (Usage(input_tokens=300, output_tokens=80), "reported", 380),
+    (Usage(input_tokens=200, cache_read_input_tokens=150, output_tokens=100), "reported", 450),
+    (Usage(input_tokens=10**12, output_tokens=10**12), "clamped", 500),
+    (Usage(input_tokens=10**12), "clamped", 500),
+    (Usage(input_tokens=300, output_tokens=-5), "clamped", 500),
+    (Usage(input_tokens=-300, output_tokens=50), "clamped", 500),
+    (Usage(input_tokens=401, output_tokens=1), "clamped", 500),  # input beyond the estimate
+    (Usage(input_tokens=10, output_tokens=101), "clamped", 500),  # output beyond max_tokens
+    (Usage(input_tokens=10, cache_creation_input_tokens=391), "clamped", 500),  # cache tokens are input
+    (None, "estimated", 400 + 30),
+    (Usage(), "estimated", 400 + 30),
+])
+def test_judge_usage(usage, basis, tokens):
+    charge = judge_usage(EST.total, EST, usage, streamed_output_tokens=30)
+    assert (charge.basis, charge.tokens) == (basis, tokens)
+    assert charge.tokens <= EST.total
+    if basis == "clamped":
+        assert charge.usage is None and charge.reported == {
+            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+            "cache_read_input_tokens": usage.cache_read_input_tokens}
+
+
+def test_judge_usage_outcomes():
+    reported = Usage(input_tokens=10, output_tokens=1)
+    assert judge_usage(500, EST, reported, outcome="interrupted").tokens == 500  # killed mid-stream
+    assert judge_usage(500, EST, None, outcome="interrupted").basis == "reservation"
+    assert judge_usage(500, EST, None, outcome="not_started").tokens == 400  # the prompt may have been read
+    assert judge_usage(500, None, None, outcome="not_started").tokens == 500
+    assert judge_usage(500, EST, None, outcome="refused").tokens == 0  # an HTTP error answer
+    # streamed more than max_tokens could hold: capped at max_tokens
+    assert judge_usage(500, EST, None, streamed_output_tokens=10**9).tokens == 500
+    # no estimate (the reviewer's meter): bounded by the reservation as a whole
+    assert judge_usage(50, None, Usage(input_tokens=20, output_tokens=20)).basis == "reported"
+    assert judge_usage(50, None, Usage(input_tokens=40, output_tokens=20)).basis == "clamped"
+
+
+# ---- holds in the SQLite store: shared by every connection and process ----------------------------------
+
+def _store(path):
+    from relay_jupyter.storage.sqlite import Store
+
+    return Store.open(path)
+
+
+def test_store_holds_reserve_settle_release_and_expiry(tmp_path):
+    clock = FakeClock()
+    store = _store(tmp_path / "relay.db")
+    led = BudgetLedger(store, clock=clock, hold_ttl=60)
+    g = grant(tokens_per_day=100, cost_per_day_usd=1.0)
+    day = utc_day(clock())
+    r1 = led.reserve("nb", g, tokens=60, cost_usd=0.1)
+    other = BudgetLedger(_store(tmp_path / "relay.db"), clock=clock, hold_ttl=60)  # a second broker
+    assert other.usage("nb", g)["reserved_tokens"] == 60
+    with pytest.raises(GateRefusal):
+        other.reserve("nb", g, tokens=41, cost_usd=0.1)  # the other connection's hold counts
+    r2 = other.reserve("nb", g, tokens=40, cost_usd=0.1)
+    r2.settle(25, 0.05)
+    assert store.usage("nb", day) == (25, pytest.approx(0.05)) and store.held("nb", day) == (60, pytest.approx(0.1))
+    r1.release()
+    assert store.held("nb", day) == (0, 0.0) and store.usage("nb", day)[0] == 25
+    # a hold its broker never settles (it crashed) is charged in full once expired
+    lost = other.reserve("nb", g, tokens=50, cost_usd=0.2)
+    clock.advance(61)
+    led.reserve("nb", g, tokens=1, cost_usd=0.0).release()  # any reservation sweeps first
+    assert store.usage("nb", day) == (75, pytest.approx(0.25)) and store.held("nb", day)[0] == 0
+    lost.settle(70, 0.3)  # a late settle adds only what exceeds the charged hold
+    assert store.usage("nb", day) == (95, pytest.approx(0.35))
+    assert store.query("SELECT COUNT(*) FROM budget_holds")[0][0] == 0
+
+
+def test_store_settle_failure_keeps_the_hold(tmp_path):
+    store = _store(tmp_path / "relay.db")
+    led = BudgetLedger(store)
+    g = grant(tokens_per_day=10)
+    r = led.reserve("nb", g, tokens=10, cost_usd=0)
+    store.close()  # the store fails (closed, full disk ...)
+    with pytest.raises(Exception):
+        r.settle(5, 0)
+    assert not r.done
+    led2 = BudgetLedger(_store(tmp_path / "relay.db"))
+    with pytest.raises(GateRefusal):  # the hold is still in the file: still counted
+        led2.reserve("nb", g, tokens=1, cost_usd=0)
+
+
+def _hammer(path: str, n: int, est: int, used: int, limit: int, go: str) -> list[int]:
+    """A process reserving and settling ``n`` times against ``limit`` on the store at ``path``."""
+    import os
+    import time as _time
+
+    from relay_jupyter.storage.sqlite import Store
+
+    led = BudgetLedger(Store.open(path))
+    g = grant(tokens_per_day=limit)
+    while not os.path.exists(go):
+        _time.sleep(0.001)
+    settled = []
+    for _ in range(n):
+        try:
+            r = led.reserve("nb", g, tokens=est, cost_usd=0.0)
+        except GateRefusal:
+            continue
+        _time.sleep(0.001)  # in flight while the others reserve
+        r.settle(used, 0.0)
+        settled.append(used)
+    return settled
+
+
+def test_processes_sharing_a_store_never_overspend(tmp_path):
+    """16 processes on one SQLite file, each reserving 100 and settling 100 (the most a request may be
+    charged) against a day of 2,000: the ledger ends at exactly the limit, never above."""
+    import multiprocessing
+
+    path, go = str(tmp_path / "relay.db"), str(tmp_path / "go")
+    _store(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(16) as pool:
+        jobs = [pool.apply_async(_hammer, (path, 10, 100, 100, 2000, go)) for _ in range(16)]
+        (tmp_path / "go").touch()
+        settled = [t for j in jobs for t in j.get(timeout=120)]
+    store = _store(path)
+    tokens, _ = store.usage("nb", utc_day(__import__("time").time()))
+    assert tokens == sum(settled) == 2000  # as much as fits, and not one token more
+    assert store.held("nb", utc_day(__import__("time").time())) == (0, 0.0)

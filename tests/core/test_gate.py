@@ -454,3 +454,71 @@ def test_run_caps_follow_a_grant_narrowed_mid_run(rig):
     assert ei.value.data["limit"] == "max_tokens_per_run"
     assert (run2.max_steps, run2.max_tokens) == (1, 50)
     assert rig.ledger.usage(ORIGIN)["reserved_tokens"] == 0
+
+
+# ---- settling: reported usage is judged against the request's bound ----------------------------------
+
+def _settled(rig: Rig) -> dict:
+    (rec,) = [r for r in rig.audit.records if r.decision == "settled"]
+    return rec.arguments
+
+
+def _begin(rig: Rig, input_tokens: int = 400, max_output: int = 100):
+    from relay_jupyter.core.budgets import RequestEstimate
+
+    give(rig, budget=Budget(requests_per_minute=None, tokens_per_day=10_000, cost_per_day_usd=1.0))
+    est = RequestEstimate(input_tokens=input_tokens, max_output=max_output)
+    res = rig.gate.begin_completion(ORIGIN, MODEL, estimate=est)
+    return res
+
+
+def test_reservation_from_an_estimate_prices_input_and_output_apart(rig):
+    res = _begin(rig)
+    p = rig.pricing.price(MODEL)
+    assert res.tokens == 500
+    assert res.cost_usd == pytest.approx((400 * max(p.input, p.cache_write, p.cache_read) + 100 * p.output) / 1e6)
+    (allow,) = rig.audit.records
+    assert allow.arguments["estimated_input_tokens"] == 400 and allow.arguments["max_output_tokens"] == 100
+
+
+@pytest.mark.parametrize("usage", [Usage(input_tokens=10**12, output_tokens=10**12), Usage(input_tokens=-50),
+                                   Usage(input_tokens=300, output_tokens=-1), Usage(output_tokens=101)])
+def test_absurd_usage_is_clamped_to_the_reservation_and_flagged(rig, usage):
+    res = _begin(rig)
+    run = rig.gate.run_budget(ORIGIN)
+    cost = rig.gate.settle_completion(res, MODEL, usage, run)
+    u = rig.ledger.usage(ORIGIN)
+    assert (u["tokens"], u["reserved_tokens"], run.tokens) == (500, 0, 500)
+    assert cost == pytest.approx(res.cost_usd) and u["cost_usd"] == pytest.approx(res.cost_usd)
+    args = _settled(rig)
+    assert args["basis"] == "clamped" and args["reported"]["input_tokens"] == usage.input_tokens
+    # not locked out for the day: the next request still fits
+    rig.gate.begin_completion(ORIGIN, MODEL, estimated_tokens=100).release()
+
+
+def test_no_usage_is_charged_an_estimate_and_audited_so(rig):
+    res = _begin(rig)
+    cost = rig.gate.settle_completion(res, MODEL, None, streamed_output_tokens=30)
+    assert rig.ledger.usage(ORIGIN)["tokens"] == 430
+    assert cost == pytest.approx(rig.pricing.bound(MODEL, 400, 30))
+    assert _settled(rig) == {"tokens": 430, "cost_usd": round(cost, 6), "basis": "estimated"}
+
+
+@pytest.mark.parametrize("outcome, tokens, basis", [("interrupted", 500, "reservation"),
+                                                     ("not_started", 400, "input_estimate"),
+                                                     ("refused", 0, "refused")])
+def test_a_request_that_did_not_complete_is_charged_by_its_outcome(rig, outcome, tokens, basis):
+    res = _begin(rig)
+    rig.gate.settle_completion(res, MODEL, Usage(input_tokens=5, output_tokens=1), outcome=outcome)
+    assert rig.ledger.usage(ORIGIN)["tokens"] == tokens
+    args = _settled(rig)
+    assert args["basis"] == basis and args["outcome"] == outcome and args["tokens"] == tokens
+
+
+def test_reported_usage_within_bounds_is_charged_as_reported(rig):
+    res = _begin(rig)
+    usage = Usage(input_tokens=200, cache_creation_input_tokens=100, cache_read_input_tokens=100, output_tokens=100)
+    cost = rig.gate.settle_completion(res, MODEL, usage)
+    assert rig.ledger.usage(ORIGIN)["tokens"] == 500
+    assert cost == pytest.approx(rig.pricing.cost(MODEL, usage)) and cost <= res.cost_usd
+    assert _settled(rig)["basis"] == "reported"

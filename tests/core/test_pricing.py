@@ -81,3 +81,18 @@ def test_bad_arguments():
         p.cost("claude-sonnet-4", {"input_tokens": 1})  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         p.price(None)  # type: ignore[arg-type]
+
+
+def test_bound_is_never_below_the_cost_of_usage_of_that_shape():
+    from relay_jupyter.core.types import Usage
+
+    p = Pricing()
+    for model in ("claude-sonnet-4-5", "claude-opus-4-5", "mystery-model"):
+        bound = p.bound(model, 400, 100)
+        for usage in (Usage(input_tokens=400, output_tokens=100),
+                      Usage(cache_creation_input_tokens=400, output_tokens=100),
+                      Usage(cache_read_input_tokens=300, input_tokens=100, output_tokens=100)):
+            assert p.cost(model, usage) <= bound + 1e-12
+        assert bound <= p.estimate(model, 500) + 1e-12  # tighter than every token at the top rate
+    with pytest.raises(ValueError):
+        p.bound("claude-sonnet-4-5", -1, 0)

@@ -167,12 +167,15 @@ async def test_cancel_during_a_tool_call_answers_every_call(fake, backend_name):
 
 
 async def test_budget_runs_out_mid_run(fake, backend_name):
+    # a prompt long enough that 2500 input tokens are within its estimate (reported usage beyond the
+    # estimate would be clamped to the reservation, docs/gate.md §6); the first turn's 3100 tokens plus
+    # the second request's estimate pass the run's cap
     budget = Budget(requests_per_minute=1000, tokens_per_day=None, cost_per_day_usd=None,
-                    max_steps_per_run=50, max_tokens_per_run=3000)
+                    max_steps_per_run=50, max_tokens_per_run=9000)
     rig = make_rig(backend_name, fake, budget=budget)
     fake.enqueue(Reply(tool_use("read_note", {}), usage=Usage(input_tokens=2500, output_tokens=600)),
                  Reply("never sent"))
-    run_id, terminal = await rig.run(max_tokens=100)
+    run_id, terminal = await rig.run("word " * 3000, max_tokens=700)
     assert terminal == EventType.BUDGET_EXHAUSTED
     one_terminal(rig, run_id)
     assert len(fake.requests) == 1
