@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..backends.base import Backend, TextDelta, UsageEvent
+from ..core.budgets import estimate_request
 from ..core.errors import Refusal
 from ..core.redact import redact
 from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, Usage
@@ -125,8 +126,8 @@ class ReviewConsent:
         usage = Usage()
         handle = None
         if self._meter is not None:
-            # 4 characters a token, plus the whole answer allowance: the same upper-ish estimate as a run step
-            estimate = (len(REVIEW_PROMPT) + len(messages[0]["content"][0]["text"])) // 4 + 1 + self.max_tokens
+            # the whole request plus the answer allowance: the same conservative estimate as a run step
+            estimate = estimate_request(REVIEW_PROMPT, messages, [], self.max_tokens).total
             handle = await _maybe(self._meter.begin(estimate))
         try:
             async with asyncio.timeout(budget):
