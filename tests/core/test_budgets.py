@@ -519,3 +519,33 @@ def test_processes_sharing_a_store_never_overspend(tmp_path):
     tokens, _ = store.usage("nb", utc_day(__import__("time").time()))
     assert tokens == sum(settled) == 2000  # as much as fits, and not one token more
     assert store.held("nb", utc_day(__import__("time").time())) == (0, 0.0)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_hold_ports_agree(kind, tmp_path):
+    """The in-memory ledger and the SQLite store keep holds the same way (core/memory.py is the reference)."""
+    port = MemoryLedger() if kind == "memory" else _store(tmp_path / "relay.db")
+    seen = []
+
+    def check(*args):
+        seen.append(args)
+
+    a = port.hold("nb", "2027-01-01", 30, 0.3, now=100.0, expires_at=160.0, check=check)
+    b = port.hold("nb", "2027-01-01", 20, 0.2, now=101.0, expires_at=161.0, check=check)
+    assert seen == [(0, 0.0, 0, 0.0), (0, 0.0, 30, pytest.approx(0.3))]
+    assert port.held("nb", "2027-01-01") == (50, pytest.approx(0.5)) and port.held("other", "2027-01-01") == (0, 0)
+
+    def refuse(*args):
+        raise GateRefusal(Code.BUDGET_EXCEEDED, "no")
+
+    with pytest.raises(GateRefusal):
+        port.hold("nb", "2027-01-01", 1, 0.0, now=102.0, expires_at=162.0, check=refuse)
+    assert port.held("nb", "2027-01-01")[0] == 50  # a refused hold leaves nothing
+    assert port.finish_hold(a, 10, 0.1) is True and port.finish_hold(a, 10, 0.1) is False  # once
+    assert port.usage("nb", "2027-01-01") == (10, pytest.approx(0.1))
+    assert port.sweep_holds(161.0) == 1  # b expired: charged in full
+    assert port.usage("nb", "2027-01-01") == (30, pytest.approx(0.3)) and port.held("nb", "2027-01-01")[0] == 0
+    assert port.finish_hold(b, 25, 0.25) is False  # late: adds the excess over the charged hold (5)
+    assert port.usage("nb", "2027-01-01") == (35, pytest.approx(0.35))
+    c = port.hold("nb", "2027-01-01", 5, 0.0, now=200.0, expires_at=300.0, check=check)
+    assert port.finish_hold(c, None, None) is True and port.usage("nb", "2027-01-01")[0] == 35  # released
