@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..core.budgets import BudgetLedger
+from ..core.budgets import HOLD_TTL, BudgetLedger
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, ConfigRefusal, GateRefusal
 from ..core.gate import Gate
@@ -77,7 +77,8 @@ class Broker:
         self.audit = CountingAudit(audit, self.metrics)
         self.pricing = Pricing(config.pricing or None)
         self.grants = GrantBook(store)
-        self.ledger = BudgetLedger(store)
+        # a hold outlives the longest model turn (then it is a crashed broker's: charged in full, docs/gate.md §6)
+        self.ledger = BudgetLedger(store, hold_ttl=max(HOLD_TTL, 2 * config.turn_timeout + 60))
         self.gate = Gate(grants=self.grants, ledger=self.ledger, audit=self.audit, pricing=self.pricing,
                          consent_timeout=config.consent_timeout)
         self.events = EventBus(store)

@@ -36,7 +36,7 @@ from .errors import Code, GateRefusal
 from .ports import Ledger
 from .types import Grant, ToolSpec, Usage
 
-__all__ = ["BudgetLedger", "Charge", "RequestEstimate", "Reservation", "RunBudget", "TokenBucket",
+__all__ = ["HOLD_TTL", "BudgetLedger", "Charge", "RequestEstimate", "Reservation", "RunBudget", "TokenBucket",
            "cost_within", "estimate_request", "estimate_text_tokens", "judge_usage", "utc_day"]
 
 #: Seconds a hold lives without being settled before it is charged in full (its broker is gone).
