@@ -23,6 +23,8 @@ from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
 from ..core.errors import ConfigRefusal
 from ..broker.kernel_bridge import end_kernel
+from ..broker.anthropic_proxy import AnthropicProxy
+from .anthropic_handlers import anthropic_handlers
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
@@ -158,7 +160,9 @@ class RelayApp(ExtensionApp):
             raise SystemExit(2) from None
         _log.debug("relay: broker open for the Jupyter root %s", self.serverapp.root_dir)
         self.kernel_credentials = KernelCredentials()
-        self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials})
+        self.anthropic_proxy = AnthropicProxy(self.broker)
+        self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials,
+                              "relay_anthropic_proxy": self.anthropic_proxy})
         install_kernel_env_hook(
             self.serverapp.kernel_manager, self.kernel_credentials,
             relay_url=self._relay_url,
@@ -183,13 +187,16 @@ class RelayApp(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         """Mount the relay endpoints under ``{base_url}relay/``."""
-        self.handlers.extend(relay_handlers())
+        self.handlers.extend(relay_handlers() + anthropic_handlers())
 
     async def stop_extension(self) -> None:
         """Deny pending permission requests and close storage."""
         pruner: Any = getattr(self, "_pruner", None)
         if pruner is not None:
             pruner.stop()
+        proxy: AnthropicProxy | None = getattr(self, "anthropic_proxy", None)
+        if proxy is not None:
+            await proxy.aclose()
         broker: Broker | None = getattr(self, "broker", None)
         if broker is not None:
             await stop_components(broker)

@@ -25,8 +25,10 @@ from typing import Any, Protocol
 
 from tornado import web
 
+from ..broker.anthropic_proxy import anthropic_error_body
 from ..broker.broker import Broker
 from ..core.caller import Caller
+from .anthropic_endpoint import AnthropicEndpoint
 from .endpoints import EventsEndpoint, HealthEndpoint, MetricsEndpoint, ReadyEndpoint, RpcEndpoint
 
 __all__ = ["UNAUTHORIZED_BODY", "UNAUTHORIZED_HEADERS", "Activity", "ResolveCaller", "make_app", "refuse"]
@@ -225,6 +227,45 @@ class PlainNotFoundHandler(_PlainAuth):
             raise web.HTTPError(404)
 
 
+class _PlainAnthropic(AnthropicEndpoint, _PlainAuth):
+    """The Anthropic-compatible endpoint on the daemon: the daemon token may come as an Anthropic key
+    (``x-api-key``), which is what the SDKs and the ``claude`` CLI send; a refusal is the Messages API's
+    401 shape (the same bytes for a missing and a wrong token)."""
+
+    relay_endpoint = "anthropic"
+
+    def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
+        if status == 401:
+            body = anthropic_error_body("authentication_error", "send the relay daemon token as the API key")
+        super().relay_refuse(status, body, headers)
+
+    async def prepare(self) -> None:
+        key = self.request.headers.get("x-api-key", "").strip()
+        if key and "Authorization" not in self.request.headers:
+            self.request.headers["Authorization"] = f"Bearer {key}"
+        await super().prepare()
+        if not self.relay_refused:
+            self.check_body_size()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        AnthropicEndpoint.write_error(self, status_code, **kwargs)
+
+
+class PlainAnthropicMessagesHandler(_PlainAnthropic):
+    async def post(self) -> None:
+        await self.relay_messages()
+
+
+class PlainAnthropicCountTokensHandler(_PlainAnthropic):
+    async def post(self) -> None:
+        await self.relay_messages(count_tokens=True)
+
+
+class PlainAnthropicModelsHandler(_PlainAnthropic):
+    async def get(self) -> None:
+        await self.relay_models()
+
+
 def _log_request(handler: web.RequestHandler) -> None:
     status = handler.get_status()
     level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
@@ -235,7 +276,8 @@ def _log_request(handler: web.RequestHandler) -> None:
 def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/relay/",
              activity: Activity | None = None, scrub: Callable[[str], str] | None = None,
              **settings: Any) -> web.Application:
-    """A tornado Application serving ``rpc``, ``events``, ``healthz``, ``readyz``, ``metrics`` under ``prefix``.
+    """A tornado Application serving ``rpc``, ``events``, ``healthz``, ``readyz``, ``metrics`` and the
+    Anthropic-compatible ``anthropic/v1/...`` (``server/anthropic_endpoint.py``) under ``prefix``.
 
     Args:
         broker: the broker the endpoints call.
@@ -250,6 +292,9 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
         (prefix + "healthz", PlainHealthzHandler),
         (prefix + "readyz", PlainReadyzHandler),
         (prefix + "metrics", PlainMetricsHandler),
+        (prefix + "anthropic/v1/messages", PlainAnthropicMessagesHandler),
+        (prefix + "anthropic/v1/messages/count_tokens", PlainAnthropicCountTokensHandler),
+        (prefix + "anthropic/v1/models", PlainAnthropicModelsHandler),
         (r"/.*", PlainNotFoundHandler),
     ]
     settings.setdefault("log_function", _log_request)

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+# a wheel build and a clean venv with JupyterLab take minutes on a loaded 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"

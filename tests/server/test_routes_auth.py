@@ -24,7 +24,9 @@ def route_verbs():
 
 
 def test_every_verb_is_decorated():
-    for pattern, handler in relay_handlers():
+    from relay_jupyter.server.anthropic_handlers import anthropic_handlers
+
+    for pattern, handler in relay_handlers() + anthropic_handlers():
         assert handler.auth_resource == AUTH_RESOURCE
         verbs = [v for v in VERBS if v in handler.__dict__]
         assert verbs, pattern
