@@ -3,7 +3,7 @@
 1. argument size cap (256 KiB of JSON, object root)
 2. JSON Schema validation against the tool's schema (``jsonschema``; a broken schema refuses)
 0. the tool as its source describes it *now* (an MCP server is re-listed): if it differs from the
-   spec the run was offered (:func:`~relay_jupyter.runtime.tools.tool_identity`: description,
+   spec the run was offered, or last asked about (:func:`~relay_jupyter.runtime.tools.tool_identity`: description,
    schema, source, annotations), the call is a ``write`` whose card says the tool changed (old,
    new, diff), no pin, run allow or saved trust applies, and the run offers the new spec from its
    next step on
@@ -59,6 +59,9 @@ def _jsonschema() -> Any:
     import jsonschema.validators
 
     return jsonschema
+
+#: Refusals that mean consent was asked (so a changed tool's card was shown).
+_ASKED = (Code.CONSENT_DENIED, Code.PERMISSION_TIMEOUT)
 
 #: The card line of a call to a tool that changed since the run was offered it.
 CHANGED_REASON = ("this tool changed since the run was offered it (description, schema or annotations): "
@@ -162,15 +165,18 @@ class Executor:
             return self._refuse(ctx, call_id, Code.UNKNOWN_TOOL,
                                 f"the tool {offered.name[:100]!r} is no longer offered by its source")
         changed: dict[str, Any] | None = None
-        if tool_identity(now) != tool_identity(offered):
+        baseline = (index.baseline(offered.name) if index is not None else None) or offered
+        if tool_identity(now) != tool_identity(baseline):
             # bound to what was classified and offered: a changed tool is a write for this call
-            changed = tool_change(offered, now)
+            changed = tool_change(baseline, now)
             if index is not None:
                 index.replace(offered.name, now)
             spec = now.model_copy(update={"tool_class": ToolClass.WRITE, "parallel_safe": False})
         else:
-            cls = stricter(offered.tool_class, now.tool_class)  # unpinned meanwhile: stricter now
-            spec = offered if cls is offered.tool_class else offered.model_copy(update={"tool_class": cls})
+            if index is not None and tool_identity(offered) != tool_identity(now):
+                index.replace(offered.name, now)  # changed and changed back before anyone saw it
+            cls = stricter(baseline.tool_class, now.tool_class)  # unpinned meanwhile: stricter now
+            spec = now if cls is now.tool_class else now.model_copy(update={"tool_class": cls})
         try:
             validator = self._validators.get(spec)
         except _jsonschema().exceptions.SchemaError:
@@ -209,12 +215,16 @@ class Executor:
         async def execute(*_: Any, **__: Any) -> ToolResult:
             # reached only when the gate allowed the call (consent included)
             decision["allowed"] = True
+            if changed is not None and index is not None:
+                index.acknowledge(spec.name, now)  # allowed as changed: later calls compare with it
             self.emit(EventType.TOOL_DECIDED, {"call_id": call_id, "decision": "allow"}, ctx)
             return await self._execute(ctx, provider, spec, call_id, args, pre.preview)
 
         try:
             value = await self.gate.call_tool(request, execute, self.consent_for(ctx))
         except GateRefusal as exc:
+            if changed is not None and index is not None and exc.code in _ASKED:
+                index.acknowledge(spec.name, now)  # the person saw this change (and said no)
             return self._refuse(ctx, call_id, exc.code, exc.message)
         except Refusal as exc:
             if decision.get("allowed"):

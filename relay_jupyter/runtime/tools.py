@@ -313,6 +313,7 @@ class ToolIndex:
                  allowed: Iterable[str] | None = None) -> None:
         allow = None if allowed is None else set(allowed)
         self._by_name: dict[str, tuple[ToolProvider, ToolSpec]] = {}
+        self._baseline: dict[str, ToolSpec] = {}
         for provider in providers:
             for spec in provider.specs(ctx):
                 if spec.name in self._by_name:
@@ -330,11 +331,24 @@ class ToolIndex:
         name the run already has, from the same provider: a change never adds a tool to a run."""
         found = self._by_name.get(name)
         if found is not None and spec.name == name:
+            self._baseline.setdefault(name, found[1])
             self._by_name[name] = (found[0], spec)
+
+    def baseline(self, name: str) -> ToolSpec | None:
+        """The spec a call of ``name`` is compared with: the one the run was offered, or the last
+        changed version a person (or the mode) was asked about. A change refused before it reached
+        consent (its arguments failed the new schema) stays a change for the next call."""
+        found = self._by_name.get(name)
+        return self._baseline.get(name, found[1] if found is not None else None)
+
+    def acknowledge(self, name: str, spec: ToolSpec) -> None:
+        """``spec`` has been through consent as a changed tool: later calls are compared with it."""
+        self._baseline[name] = spec
 
     def drop(self, name: str) -> None:
         """Stop offering ``name`` (its source no longer lists it)."""
         self._by_name.pop(name, None)
+        self._baseline.pop(name, None)
 
     def specs(self) -> list[ToolSpec]:
         """Every tool of the run, in provider order."""
