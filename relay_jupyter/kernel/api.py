@@ -9,6 +9,9 @@
 - ``relay.connect(tools, ...)``: grant this notebook tools, models and a budget from code (the
   connect card's click, for headless runs: code the user runs in the kernel is the user).
 - ``relay.checkpoints()`` / ``relay.revert(checkpoint_id)``: pushes into the Jupyter root, and undoing them.
+- ``relay.anthropic()`` / ``relay.async_anthropic()``: official ``anthropic`` SDK clients that reach Claude
+  through relay's gate with this kernel's credential; ``relay.claude_env()``: the environment for a ``claude``
+  CLI subprocess (``kernel/sdk_clients.py``, docs/proxy.md).
 
 These are ordinary (synchronous) calls from a cell. A cell's code runs while the kernel's own
 event loop is busy running that cell, so each call runs its short RPC on a private loop in a worker
@@ -52,7 +55,34 @@ class Relay:
 
     def __repr__(self) -> str:
         return ("relay: connect(tools) grants() budget() audit() runs() run(run_id) diff(path) checkpoints() "
-                "revert(checkpoint_id)")
+                "revert(checkpoint_id) anthropic() async_anthropic() claude_env()")
+
+    def _endpoint(self) -> Any:
+        async def go() -> Any:
+            return (await self._session.get_client()).endpoint
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-rpc") as pool:
+            return pool.submit(asyncio.run, go()).result(timeout=_TIMEOUT + 5)
+
+    def anthropic(self, **kwargs: Any) -> Any:
+        """An ``anthropic.Anthropic`` client whose requests go through relay (grant, budget, audit; the broker's
+        key). Keyword arguments go to the SDK (``max_retries``, ``timeout``, ...)."""
+        from .sdk_clients import anthropic_client
+
+        return anthropic_client(self._endpoint(), **kwargs)
+
+    def async_anthropic(self, **kwargs: Any) -> Any:
+        """The ``anthropic.AsyncAnthropic`` twin of :meth:`anthropic` (``await`` it in a cell)."""
+        from .sdk_clients import anthropic_client
+
+        return anthropic_client(self._endpoint(), asynchronous=True, **kwargs)
+
+    def claude_env(self) -> dict[str, str]:
+        """Environment for ``subprocess.run(["claude", "-p", ...], env=relay.claude_env())``: the CLI's model
+        requests go through relay with this kernel's credential (its telemetry and updater off)."""
+        from .sdk_clients import claude_env
+
+        return claude_env(self._endpoint())
 
     def _call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         async def go() -> Any:

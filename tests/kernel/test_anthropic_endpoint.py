@@ -162,3 +162,23 @@ def test_a_spent_budget_is_a_rate_limit_error_the_sdk_does_not_retry(served) -> 
     assert "[BUDGET_EXCEEDED]" in str(err.value)
     assert err.value.response.headers.get("x-should-retry") == "false"
     assert len(fake.requests) == before
+
+
+def test_relay_anthropic_helpers_in_a_cell(served) -> None:
+    srv, fake, kc, credential, relay_url = served
+    _rpc(srv, credential, "grants.create", {"tools": [], "models": [MODEL]})
+    fake.enqueue(Reply(text("sync helper")), Reply(text("async helper")))
+    reply, msgs = execute(kc, "%load_ext relay_jupyter\nimport os\n"
+                              f"print(relay.anthropic().messages.create(model={MODEL!r}, max_tokens=16,"
+                              " messages=[{'role': 'user', 'content': 'x'}]).content[0].text)\n"
+                              "c = relay.async_anthropic()\n"
+                              f"m = await c.messages.create(model={MODEL!r}, max_tokens=16,"
+                              " messages=[{'role': 'user', 'content': 'y'}])\n"
+                              "print(m.content[0].text)\n"
+                              "env = relay.claude_env()\n"
+                              "print(env['ANTHROPIC_BASE_URL'], env['ANTHROPIC_API_KEY'] == os.environ['RELAY_KERNEL_CREDENTIAL'],"
+                              " env['DISABLE_TELEMETRY'])", timeout=90)
+    out = text_of(msgs)
+    assert "sync helper" in out and "async helper" in out, out
+    assert f"{relay_url}anthropic True 1" in out, out
+    assert KEY not in out

@@ -1,0 +1,76 @@
+"""``relay.anthropic()``, ``relay.async_anthropic()``, ``relay.claude_env()``: Claude from your own code through
+relay's Anthropic-compatible endpoint (docs/proxy.md, issue 16 item 7).
+
+The clients are the official ``anthropic`` SDK's, pointed at ``<relay>/anthropic`` with this kernel's own
+credential as the API key — which is all the kernel holds: the broker checks the notebook's grant, reserves
+its budget, forwards with the real key and audits. The SDK is imported only when one of these is called
+(``%load_ext`` stays light); import-linter lets this one module import it (``pyproject.toml``), because a
+client of relay's endpoint holds no key and no route around the gate.
+
+Over a daemon's Unix socket the SDK gets an ``httpx2`` transport bound to the socket (its own HTTP client);
+the ``claude`` CLI cannot use a socket, so :func:`claude_env` needs an HTTP endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import AgentError
+
+__all__ = ["anthropic_client", "claude_env", "endpoint_target"]
+
+_QUIET = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+
+def endpoint_target(endpoint: Any) -> tuple[str, str, dict[str, str], str | None]:
+    """(base_url, api_key, default_headers, unix socket path or None) for the SDKs, from a kernel
+    :class:`~relay_jupyter.kernel.client.Endpoint`."""
+    auth = endpoint.auth or ""
+    scheme, _, value = auth.partition(" ")
+    key = value.strip() if scheme in ("RelayKernel", "Bearer") and value.strip() else "unix-socket-peer"
+    headers = {"X-Relay-Client": endpoint.client_name}
+    parts = urlsplit(endpoint.url)
+    if parts.scheme == "unix":
+        return "http://localhost/relay/anthropic", key, headers, parts.path
+    base = endpoint.url if endpoint.url.endswith("/") else endpoint.url + "/"
+    return base + "anthropic", key, headers, None
+
+
+def anthropic_client(endpoint: Any, *, asynchronous: bool = False, **kwargs: Any) -> Any:
+    """An ``anthropic.Anthropic`` (or ``AsyncAnthropic``) client wired to relay.
+
+    Raises:
+        AgentError: the ``anthropic`` package is not installed in this kernel's environment.
+    """
+    try:
+        import anthropic
+    except ImportError:
+        raise AgentError("relay.anthropic() needs the anthropic package in this kernel: pip install anthropic") from None
+    base_url, key, headers, socket_path = endpoint_target(endpoint)
+    headers = {**headers, **kwargs.pop("default_headers", {})}
+    if socket_path is not None and "http_client" not in kwargs:
+        import httpx2  # the SDK's own transport library
+
+        transport = (httpx2.AsyncHTTPTransport if asynchronous else httpx2.HTTPTransport)(uds=socket_path)
+        kwargs["http_client"] = (httpx2.AsyncClient if asynchronous else httpx2.Client)(transport=transport)
+    cls = anthropic.AsyncAnthropic if asynchronous else anthropic.Anthropic
+    return cls(api_key=key, base_url=base_url, default_headers=headers, **kwargs)
+
+
+def claude_env(endpoint: Any, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a ``claude`` CLI subprocess that uses Claude through relay.
+
+    Raises:
+        AgentError: the broker is reached over a Unix socket (the CLI speaks only HTTP).
+    """
+    base_url, key, _, socket_path = endpoint_target(endpoint)
+    if socket_path is not None:
+        raise AgentError("the claude CLI cannot reach a relay daemon on a Unix socket: run `jupyter relay serve "
+                         "--listen tcp://127.0.0.1:PORT` and set RELAY_URL")
+    env = dict(os.environ if base is None else base)
+    for name in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        env.pop(name, None)
+    env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key, **_QUIET)
+    return env
