@@ -204,7 +204,10 @@ class Broker:
         if self._maintenance is not None:
             self._maintenance.cancel()
             self._maintenance = None
-        self.permissions.deny_all(answered_by="shutdown")
+        try:
+            self.permissions.deny_all(answered_by="shutdown")
+        except StoreError as exc:  # a full disk: recovery withdraws them at the next start
+            log.warning("relay: could not record the shutdown's answers to pending requests: %s", exc.message)
         release = getattr(self.store, "release_lease", None)
         if release is not None:
             try:

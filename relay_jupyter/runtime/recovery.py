@@ -75,18 +75,20 @@ def _recover_store(store: Any, conversations: Any, events: Any) -> list[str]:
         if stored is not None:
             done.append(row["run_id"])
             _publish(events, store, stored)
-    # requests of dead brokers not tied to a run that was just repaired (a client's tools.call)
-    orphans = store.pending_permissions(live=live)
-    if orphans:
+    # requests of dead brokers not tied to a run that was just repaired (a client's tools.call);
+    # re-read inside the write lock: another live broker may be resolving the same ones
+    if store.pending_permissions(live=live):
         _crash_point()
         try:
             with store.transaction():
-                stored = store.append_events_framed([_resolved(p) for p in orphans])
+                orphans = store.pending_permissions(live=live)
+                stored = store.append_events_framed([_resolved(p) for p in orphans]) if orphans else None
         except StoreError as exc:
             log.error("relay: could not resolve permission requests of a stopped broker: %s", exc.message)
         else:
             _crash_point()
-            _publish(events, store, stored)
+            if stored is not None:
+                _publish(events, store, stored)
     return done
 
 

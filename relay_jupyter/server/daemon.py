@@ -6,7 +6,7 @@
 Files (``<data dir>`` is ``<jupyter data dir>/relay`` unless ``--data-dir``; ``<runtime>`` is
 ``<jupyter runtime dir>/relay``):
 
-- ``<data dir>/relay.db``, ``audit-daemon.jsonl``: the broker's store as inside Jupyter, with its own audit log (one writer per log);
+- ``<data dir>/relay.db``, ``audit-daemon.jsonl``: the broker's store as inside Jupyter, with its own audit log (a log may have several writers, docs/storage.md; a file of its own keeps the daemon's decisions apart);
 - ``<data dir>/daemon_token``: the TCP bearer token (0600), created on the first TCP start;
 - ``<data dir>/logs/daemon.log`` (rotated) and ``logs/auth.jsonl``: what ``jupyter relay logs`` prints;
 - ``<runtime>/daemon-<pid>.json``: the state file ``jupyter relay status|stop`` read (listen
@@ -212,7 +212,8 @@ class _Daemon:
         root = ensure_private_dir(Path(opts.config.data_dir)) if opts.config.data_dir else default_data_dir()
         file_handler = _setup_logging(root)
         auth_log = AuthLog(root / LOG_DIR / AUTH_LOG)
-        # its own audit log: a relay-enabled Jupyter server may hold audit.jsonl's writer lock on the same data dir
+        # its own audit log (a Jupyter server's broker on the same data dir writes audit.jsonl; both could share
+        # one, since an audit log takes several writers, but a file per kind of broker is easier to read)
         config = opts.config.model_copy(update={"data_dir": root, "audit_file": "audit-daemon.jsonl"}) \
             if not opts.config.in_memory else opts.config
         listen = opts.listen

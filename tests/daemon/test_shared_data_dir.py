@@ -1,10 +1,11 @@
 """Two ``jupyter relay serve`` daemons on one data directory (issue 12): a tested configuration.
 
 Each daemon has a live run waiting for a consent click (an MCP write tool in ask mode). The second
-daemon's start must not interrupt the first one's run nor withdraw its permission request; then the
-second daemon is SIGKILLed and restarted: its own run becomes ``interrupted`` (its request withdrawn),
-the first daemon's run is untouched, is answered and finishes ``run.done``. Every run ends with
-exactly one terminal event.
+daemon's start must not interrupt the first one's run nor withdraw its permission request. Then the
+second daemon is SIGKILLed: the first one notices (its maintenance step) and repairs the dead one's
+run (``interrupted``, its request withdrawn) with no restart; the second is restarted and finds
+nothing left. The first daemon's run is untouched, is answered and finishes ``run.done``. Every run
+ends with exactly one terminal event.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _config(tmp: Path, name: str, data: Path, fake: FakeAnthropic) -> Path:
+def _config(tmp: Path, name: str, data: Path, fake: FakeAnthropic, **extra: object) -> Path:
     notes = tmp / f"notes-{name}"
     notes.mkdir(exist_ok=True)
     mcp = tmp / f"mcp-{name}.json"
@@ -51,7 +52,7 @@ def _config(tmp: Path, name: str, data: Path, fake: FakeAnthropic) -> Path:
     cfg = tmp / f"broker-{name}.json"
     cfg.write_text(json.dumps({"data_dir": str(data), "anthropic_base_url": fake.base_url, "anthropic_api_key": KEY,
                                "mcp_config_path": str(mcp), "default_model": "claude-test-1",
-                               "consent_timeout": 600}))
+                               "consent_timeout": 600, **extra}))
     return cfg
 
 
@@ -101,7 +102,8 @@ def test_two_daemons_share_a_data_dir_and_a_restart_touches_only_its_own_runs(tm
             GrantBook(store).issue(Grant(origin=origin, tools=frozenset({"*"}), models=frozenset({"*"}),
                                          consent_id="terminal"))
     with FakeAnthropic(api_key=KEY) as fake:
-        cfg_a, cfg_b = _config(tmp_path, "a", data, fake), _config(tmp_path, "b", data, fake)
+        # a checks for dead brokers every lease_ttl / 3 = 1 s (the default is every 10 s)
+        cfg_a, cfg_b = _config(tmp_path, "a", data, fake, lease_ttl=3), _config(tmp_path, "b", data, fake)
         a = _start(tmp_path, "a", cfg_a)
         b = None
         mcp_pids: list[int] = []
@@ -131,7 +133,10 @@ def test_two_daemons_share_a_data_dir_and_a_restart_touches_only_its_own_runs(tm
             for pid in mcp_pids:
                 with suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
-            b = _start(tmp_path, "b", cfg_b)
+            # a notices b's death by itself (same host, pid gone) and repairs b's run: no restart needed
+            wait_for(lambda: _rpc(a, "b", "runs.get", {"run_id": run_b})["run"]["state"] == "interrupted",
+                     timeout=60, what="a to recover the run of the dead b")
+            b = _start(tmp_path, "b", cfg_b)  # and b's restart finds nothing left to repair
             assert _rpc(b, "b", "runs.get", {"run_id": run_b})["run"]["state"] == "interrupted"
             assert _terminals(data, run_b) == [EventType.INTERRUPTED]
             (withdrawn,) = [e for e in _events(data) if e.type == EventType.PERMISSION_RESOLVED
