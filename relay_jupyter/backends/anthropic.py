@@ -75,7 +75,8 @@ class AnthropicBackend(StreamingBackend):
         self._httpx = httpx2
         self._key = api_key
         self._timeout = timeout
-        self._http = capped_client(max_event_bytes, timeout=httpx2.Timeout(timeout, connect=10.0))
+        self._http = capped_client(max_event_bytes, timeout=httpx2.Timeout(timeout, connect=10.0),
+                                   url=base_url)
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0,
                                                 timeout=timeout, http_client=self._http)
         self.models = tuple(models)

@@ -16,9 +16,11 @@ Hand-written because neither the SDK nor ``httpx2`` offers a bound on one SSE ev
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 
@@ -78,12 +80,35 @@ def _cap_hook(limit: int):
     return hook
 
 
-def capped_client(limit: int, *, timeout: Any, headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+def capped_client(limit: int, *, timeout: Any, headers: dict[str, str] | None = None,
+                  url: str | None = None) -> httpx2.AsyncClient:
     """An ``AsyncClient`` whose every response body is read through the cap (a response event hook,
-    so it also holds through an environment proxy); no redirects, no compression."""
+    so it also holds through an environment proxy); no redirects, no compression. A loopback ``url``
+    ignores the environment's proxy settings: a request to the local machine (with its key) never
+    goes through a proxy, as for MCP endpoints."""
     return httpx2.AsyncClient(timeout=timeout, follow_redirects=False,
+                              trust_env=not is_loopback_url(url),
                               headers={"accept-encoding": "identity", **(headers or {})},
                               event_hooks={"response": [_cap_hook(limit)]})
+
+
+def is_loopback_url(url: str | None) -> bool:
+    """True for a URL whose host is ``localhost``, in 127.0.0.0/8 or ``::1`` (never resolved)."""
+    if not url:
+        return False
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def transport_failure(exc: BaseException, server: str, *, read_timeout: float | None = None) -> Any:

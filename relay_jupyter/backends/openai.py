@@ -122,7 +122,7 @@ class OpenAIBackend(StreamingBackend):
         self._url = chat_url(base_url)
         self._server = f"the model server at {safe_url(self._url)}"
         self._client = capped_client(max_event_bytes, timeout=httpx2.Timeout(timeout, connect=10.0),
-                                     headers=headers)
+                                     headers=headers, url=self._url)
         self.models = tuple(models)
         self.retry = retry or RetryPolicy()
 

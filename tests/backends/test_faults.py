@@ -189,3 +189,16 @@ async def test_anthropic_message_stop_with_an_open_tool_block_is_an_error():
         await backend.aclose()
     assert exc is not None and "tool call still open" in exc.message
     assert not any(isinstance(e, ToolCallDone) for e in seen)
+
+
+async def test_a_loopback_model_server_is_never_reached_through_a_proxy(kind, monkeypatch):
+    # a proxy in the environment would see the key of a request meant for this machine
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens: a proxied request would fail
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with FaultModelServer("ok", api_key=KEY) as server:
+        backend = backend_for(kind, server)
+        seen, exc = await collect(backend)
+        await backend.aclose()
+    assert exc is None and isinstance(seen[-1], Stop) and len(server.requests) == 1
