@@ -22,6 +22,7 @@ from ..core.types import ToolSpec
 from ..core.types import Usage as TokenUsage
 from .base import (
     MAX_SSE_EVENT,
+    STATUS_ADVICE,
     BackendFailure,
     Progress,
     RetryPolicy,
@@ -202,6 +203,7 @@ class AnthropicBackend(StreamingBackend):
         else:
             what = f"{_SERVER} answered HTTP {status} ({said})"
         return failure(Code.BACKEND_ERROR, what, status=None if mid_stream else status,
+                       advice=None if mid_stream else STATUS_ADVICE.get(status or 0),
                        retry_after=retry_after, retryable=retryable, error_type=error_type)
 
 

@@ -135,9 +135,19 @@ ADVICE = {
 }
 
 
-def failure(code: Code, what: str, **kw: Any) -> BackendFailure:
-    """A :class:`BackendFailure` whose message is ``what`` plus the advice for ``code``."""
-    return BackendFailure(f"{what}. {ADVICE[code]}", code=code, **kw)
+#: Advice for an HTTP error status, when it says more than the code's.
+STATUS_ADVICE = {
+    401: "Check the API key in the relay server config (its secrets file or the server's environment).",
+    403: "Check that the API key may use this model (the account's permissions).",
+    404: "Check the model name and the model server's base URL in the relay server config.",
+    413: "The request is too large for the model server: start a new conversation or attach less.",
+    429: "The model server is rate limiting: wait a minute and run the cell again.",
+}
+
+
+def failure(code: Code, what: str, *, advice: str | None = None, **kw: Any) -> BackendFailure:
+    """A :class:`BackendFailure` whose message is ``what`` plus the advice for ``code`` (or ``advice``)."""
+    return BackendFailure(f"{what}. {advice or ADVICE[code]}", code=code, **kw)
 
 
 def truncated(**kw: Any) -> BackendFailure:
@@ -266,9 +276,10 @@ async def stream_with_retries(policy: RetryPolicy, open_stream, sleep=None) -> A
                 raise
             delay = policy.delay(attempt, exc.retry_after)
             if delay > policy.max_delay or waited + delay > policy.max_total_wait:
-                raise BackendFailure(
-                    f"the model endpoint is rate limited (HTTP {exc.status}); retry after {delay:g} s",
-                    status=exc.status, retry_after=delay) from exc
+                raise failure(Code.BACKEND_ERROR,
+                              f"the model endpoint is rate limited (HTTP {exc.status}); retry after {delay:g} s",
+                              advice=STATUS_ADVICE[429], status=exc.status, retry_after=delay,
+                              error_type=exc.error_type) from exc
             waited += delay
             await sleep(delay)
 

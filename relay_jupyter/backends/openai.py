@@ -24,6 +24,7 @@ from ..core.types import Usage as TokenUsage
 from ..core.errors import Code
 from .base import (
     MAX_SSE_EVENT,
+    STATUS_ADVICE,
     BackendFailure,
     Progress,
     RetryPolicy,
@@ -217,6 +218,7 @@ class OpenAIBackend(StreamingBackend):
         what, error_type = self._error_text(error, f"HTTP {status}") if error is not None else \
             (f"{self._server} answered HTTP {status}", None)
         return failure(Code.BACKEND_ERROR, what, status=status, retry_after=retry_after_from(resp.headers),
+                       advice=STATUS_ADVICE.get(status),
                        retryable=status in self.retry.retry_statuses, error_type=error_type)
 
     def _error_failure(self, error: Any, when: str) -> BackendFailure:

@@ -202,3 +202,15 @@ async def test_a_loopback_model_server_is_never_reached_through_a_proxy(kind, mo
         seen, exc = await collect(backend)
         await backend.aclose()
     assert exc is None and isinstance(seen[-1], Stop) and len(server.requests) == 1
+
+
+async def test_a_wrong_key_says_to_check_the_key(kind):
+    cls = FakeAnthropic if kind == "anthropic" else FakeOpenAI
+    with cls(api_key="the-right-key-0123456789") as fake:
+        backend = backend_for(kind, fake)
+        _, exc = await collect(backend)
+        await backend.aclose()
+    assert exc.code is Code.BACKEND_ERROR and exc.status == 401 and len(fake.requests) == 1  # not retried
+    assert "HTTP 401" in exc.message and exc.message.endswith("Check the API key in the relay server config "
+                                                               "(its secrets file or the server's environment).")
+    assert KEY not in exc.message and "the-right-key" not in exc.message
