@@ -122,7 +122,8 @@ class Reservation:
     ``estimate`` (when the caller gave one) is the request's bound the hold was sized from; the gate
     judges the reported usage against it (:func:`judge_usage`)."""
 
-    __slots__ = ("_book", "_done", "cost_usd", "day", "estimate", "hold_id", "origin", "tokens")
+    __slots__ = ("_book", "_done", "charge", "charged_usd", "cost_usd", "day", "estimate", "hold_id", "origin",
+                 "tokens")
 
     def __init__(self, book: BudgetLedger, origin: str, day: str, tokens: int, cost_usd: float,
                  hold_id: str, estimate: RequestEstimate | None = None) -> None:
@@ -133,6 +134,9 @@ class Reservation:
         self.cost_usd = cost_usd
         self.hold_id = hold_id
         self.estimate = estimate
+        self.charge: Charge | None = None
+        """What the gate charged at settle (:func:`judge_usage`), None before."""
+        self.charged_usd: float | None = None
         self._done = False
 
     @property

@@ -339,6 +339,8 @@ class Gate:
         cost = cost_within(cost, reservation.cost_usd)
         first = not reservation.done
         reservation.settle(charge.tokens, cost)
+        if first:
+            reservation.charge, reservation.charged_usd = charge, cost
         if run is not None and first:
             run.add_tokens(charge.tokens)
         if first:

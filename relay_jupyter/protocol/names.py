@@ -51,7 +51,7 @@ class EventType:
     TOOL_DECIDED = "run.tool_decided"            # {run_id, call_id, decision, code?}
     TOOL_STARTED = "run.tool_started"            # {run_id, call_id}
     TOOL_FINISHED = "run.tool_finished"          # {run_id, call_id, is_error, summary, duration_ms}
-    USAGE = "run.usage"                          # {run_id, input_tokens, output_tokens, cache_*, cost_usd}
+    USAGE = "run.usage"                          # {run_id, input_tokens, output_tokens, cache_*, cost_usd, basis}
     STEP = "run.step"                            # {run_id, step}
     REVIEW = "run.review"                        # {run_id, call_id, verdict, reason, failed, model} (review mode)
     # exactly one terminal event per run

@@ -29,7 +29,7 @@ from ..core.types import ToolSpec, Usage
 from .call_ids import CallIds
 from .tools import MAX_ARGUMENT_BYTES
 
-__all__ = ["Coalescer", "TurnResult", "charge_outcome", "drive_turn", "streamed_output_tokens"]
+__all__ = ["Coalescer", "TurnResult", "charge_outcome", "drive_turn", "streamed_output_tokens", "usage_event"]
 
 
 class Coalescer:
@@ -196,6 +196,24 @@ def streamed_output_tokens(result: TurnResult, max_tokens: int) -> int:
         n += 8 + estimate_text_tokens(c.name) + max(estimate_text_tokens(c.raw or ""), c.raw_size // 3,
                                                     estimate_text_tokens(_json_args(c.input)))
     return n
+
+
+def usage_event(turn: TurnResult, reservation: Any) -> dict[str, Any]:
+    """The ``run.usage`` event of a settled turn: the token counts that were *charged* (the reported
+    ones, or the estimate / reservation that replaced them), ``basis`` (docs/gate.md §6) and
+    ``cost_usd``. Falls back to the reported usage when the gate recorded no charge."""
+    charge = getattr(reservation, "charge", None)
+    if charge is None:
+        return turn.usage.model_dump()
+    if charge.usage is not None:
+        data = charge.usage.model_dump()
+    else:  # the reservation itself: its split when known
+        est = getattr(reservation, "estimate", None)
+        inp = est.input_tokens if est is not None else charge.tokens
+        data = Usage(input_tokens=inp, output_tokens=charge.tokens - inp).model_dump()
+    data["basis"] = charge.basis
+    data["cost_usd"] = round(float(getattr(reservation, "charged_usd", None) or 0.0), 6)
+    return data
 
 
 def _json_args(value: Any) -> str:

@@ -28,7 +28,7 @@ from ..storage.errors import StoreError
 from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block, user_message
 from .conversations import next_turn
-from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens
+from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens, usage_event
 from .executor import Executor
 from .recovery import recover, stored_messages
 from .review import ReviewConsent
@@ -333,7 +333,7 @@ class RunManager:
                     reservation, params.model, turn.usage if turn.usage_reported else None, budget,
                     outcome=charge_outcome(turn, ended),
                     streamed_output_tokens=streamed_output_tokens(turn, max_tokens)))
-                self._emit(run, EventType.USAGE, turn.usage.model_dump())
+                self._emit(run, EventType.USAGE, usage_event(turn, reservation))
             run.current = None
             self._append_assistant(run, turn)
             if not turn.calls:

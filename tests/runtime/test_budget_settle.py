@@ -60,6 +60,9 @@ async def test_absurd_usage_is_clamped_to_the_reservation(fake, backend_name, us
     else:
         assert settled.arguments["basis"] == "clamped"
         assert settled.arguments["tokens"] == reserved == _ledger(rig)["tokens"]
+        (event,) = rig.events.of(EventType.USAGE, run_id)  # the charged counts, never the absurd ones
+        assert event["basis"] == "clamped" and event["input_tokens"] + event["output_tokens"] == reserved
+        assert min(event["input_tokens"], event["output_tokens"]) >= 0
     assert _ledger(rig)["tokens"] <= reserved
     # not locked out for the day: the next run goes through
     again = await rig.manager.start(rig.ctx("conv-2"), rig.params("once more"))
@@ -81,6 +84,10 @@ async def test_a_stream_without_usage_is_charged_an_estimate():
         est_input = allow.arguments["estimated_input_tokens"]
         assert est_input < charged <= est_input + 200  # the input estimate plus a few output tokens
         assert _ledger(rig)["tokens"] == charged > 0 and settled.arguments["cost_usd"] > 0
+        # the cell's footer counts what was charged, not the 0 the server reported
+        (event,) = rig.events.of(EventType.USAGE, run_id)
+        assert event["basis"] == "estimated" and event["input_tokens"] + event["output_tokens"] == charged
+        assert event["cost_usd"] == settled.arguments["cost_usd"]
 
 
 async def test_a_cancelled_stream_is_charged_its_reservation(fake, backend_name):
