@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import os
 import re
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -86,21 +87,35 @@ _CLIENT_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 _MAX_CLIENT = 64
 
 
+#: The name of a kernel that cannot know its notebook (nbclient, papermill, terminal IPython): fresh per
+#: kernel process, so one headless notebook's grant and budget never apply to another (issue 19 item 4).
+ANONYMOUS_PREFIX = "kernel:anon-"
+_ANONYMOUS = ANONYMOUS_PREFIX + secrets.token_hex(6)
+
+
+def is_anonymous_client_name(name: str) -> bool:
+    """True for the fresh per-kernel name of a kernel that does not know its notebook."""
+    return name.startswith(ANONYMOUS_PREFIX)
+
+
 def notebook_client_name(user_ns: dict[str, Any] | None = None) -> str:
     """``X-Relay-Client`` for this kernel: ``kernel:<notebook>`` so each notebook attached to the
     standalone daemon gets its own origin (``daemon:kernel:<notebook>``) and grants.
 
-    The notebook comes from ``JPY_SESSION_NAME`` (Jupyter sets it for a notebook's kernel) or VS Code's
-    ``__vsc_ipynb_file__`` in the user namespace; without either, plain ``kernel``. The daemon accepts
-    1-64 of ``[A-Za-z0-9_.:-]``: other characters become ``_``, and a longer name keeps its tail (the file
-    name) with a hash of the whole path in front, so two long paths never share a name.
+    The notebook comes from ``RELAY_NOTEBOOK`` (set it for a runner that knows the path: papermill,
+    nbclient, a CI job), ``JPY_SESSION_NAME`` (Jupyter sets it for a notebook's kernel) or VS Code's
+    ``__vsc_ipynb_file__`` in the user namespace. Without any, the kernel gets a fresh name of its own
+    (``kernel:anon-<12 hex>``, :data:`ANONYMOUS_PREFIX`): two headless notebooks never share an origin,
+    a grant or a budget. The daemon accepts 1-64 of ``[A-Za-z0-9_.:-]``: other characters become ``_``,
+    and a longer name keeps its tail (the file name) with a hash of the whole path in front, so two long
+    paths never share a name.
     """
-    raw = os.environ.get("JPY_SESSION_NAME", "").strip()
+    raw = os.environ.get("RELAY_NOTEBOOK", "").strip() or os.environ.get("JPY_SESSION_NAME", "").strip()
     if not raw and user_ns is not None:
         value = user_ns.get("__vsc_ipynb_file__")
         raw = value.strip() if isinstance(value, str) else ""
     if not raw:
-        return "kernel"
+        return _ANONYMOUS
     name = "kernel:" + _CLIENT_CHARS.sub("_", raw).strip("_")
     if name == "kernel:":
         name = "kernel:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]

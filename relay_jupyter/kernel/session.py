@@ -17,7 +17,7 @@ from ..protocol.names import Method
 from .client import RelayClient
 from .consent import ConsentPolicy, detect_surface
 from .conversations import ConversationBook
-from .discovery import discover, notebook_client_name
+from .discovery import discover, is_anonymous_client_name, notebook_client_name
 from .errors import AgentError, RpcError
 from .follower import RunFollower, Ticker
 from .prewarm import wait_prewarm
@@ -149,6 +149,7 @@ class Session:
         self.client: RelayClient | None = None
         self.pump: EventPump | None = None
         self._connected_origin = False
+        self._anonymous_noted = False
         self.grant_epoch = 0
         """Bumped whenever the grant state is set; a stale background ``grants.get`` must not undo a revoke."""
         self.runs: dict[str, asyncio.Task[Any]] = {}
@@ -212,6 +213,11 @@ class Session:
         if grant:
             self.connected_origin = True
             return
+        name = client.endpoint.client_name
+        if is_anonymous_client_name(name) and not self._anonymous_noted:
+            self._anonymous_noted = True  # one line, once per kernel
+            print(f"relay: this kernel does not know its notebook's path, so it has an origin of its own ({name}); "
+                  "set RELAY_NOTEBOOK=<path> for the kernel to keep grants and budgets per notebook")
         if surface == "headless":
             raise AgentError("this notebook has no relay grant and nobody can click Connect here (headless); run "
                              "%%agent once interactively or use `jupyter relay grants add`", code="UNAUTHORIZED")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from relay_jupyter.kernel.discovery import notebook_client_name
+from relay_jupyter.kernel.discovery import is_anonymous_client_name, notebook_client_name
 from relay_jupyter.runtime.tools import is_daemon_kernel_client
 
 ALLOWED = re.compile(r"[A-Za-z0-9_.:-]{1,64}")  # what the daemon accepts (server/daemon_auth.py)
@@ -17,13 +17,33 @@ def test_name_from_jupyter_session(monkeypatch: pytest.MonkeyPatch) -> None:
     assert notebook_client_name({}) == "kernel:home_me_work_analysis.ipynb"
 
 
-def test_name_from_vscode_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_name_from_vscode_then_a_fresh_name_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.delenv("RELAY_NOTEBOOK", raising=False)
     assert notebook_client_name({"__vsc_ipynb_file__": "c:\\proj\\sales report.ipynb"}) \
         == "kernel:c:_proj_sales_report.ipynb"
-    assert notebook_client_name({}) == "kernel"
-    assert notebook_client_name(None) == "kernel"
-    assert notebook_client_name({"__vsc_ipynb_file__": 42}) == "kernel"
+    # no path known (nbclient, papermill): a name of this kernel's own, never the shared "kernel"
+    anon = notebook_client_name({})
+    assert is_anonymous_client_name(anon) and re.fullmatch(r"kernel:anon-[0-9a-f]{12}", anon)
+    assert notebook_client_name(None) == anon == notebook_client_name({"__vsc_ipynb_file__": 42})
+    assert is_daemon_kernel_client(f"daemon:{anon}")
+
+
+def test_relay_notebook_names_a_headless_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JPY_SESSION_NAME", "ignored.ipynb")
+    monkeypatch.setenv("RELAY_NOTEBOOK", "reports/daily.ipynb")
+    assert notebook_client_name({}) == "kernel:reports_daily.ipynb"
+
+
+def test_two_kernel_processes_get_different_anonymous_names() -> None:
+    import subprocess
+    import sys
+
+    code = ("import os; [os.environ.pop(k, None) for k in ('JPY_SESSION_NAME', 'RELAY_NOTEBOOK')];"
+            "from relay_jupyter.kernel.discovery import notebook_client_name; print(notebook_client_name({}))")
+    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+             for _ in range(2)}
+    assert len(names) == 2 and all(is_anonymous_client_name(n) for n in names)
 
 
 @pytest.mark.parametrize("raw", ["a" * 500, "/x/" + "é" * 80 + "/n.ipynb", "日本語.ipynb", "\n\t", "../../etc/passwd",
