@@ -143,6 +143,7 @@ def test_agent_cell_streams_from_llama_cpp_and_is_charged_an_estimate(llama: str
     charged = settled["arguments"]["tokens"]
     est_input = allow["arguments"]["estimated_input_tokens"]
     assert est_input < charged <= allow["arguments"]["estimated_tokens"]
+    assert f"{charged:,} tokens" in shown  # the cell's footer counts the estimate, not the server's silence
     assert rows == [(allow["origin"], charged, pytest.approx(settled["arguments"]["cost_usd"], abs=1e-6))] and held == 0
 
     # the estimates are conservative for this model's real tokenizer
