@@ -26,11 +26,13 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._db import _create_private
-from .errors import SchemaError, StoreError
+from .errors import SchemaError, StoreError, storage_failure
 from .leases import lease_rows, owner_alive
 
 __all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
@@ -246,7 +248,7 @@ class CheckpointJournal:
         """Stage a new checkpoint (pre-image and digest) durably, in state ``prepared``."""
         now = time.time()
         cid = "ckpt_" + secrets.token_hex(8)
-        with self._lock:
+        with self._lock, self._writing():
             self._db.execute(
                 "INSERT INTO relay_checkpoints (id, origin, conversation, run_id, target, pre_exists, "
                 "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at, owner) "
@@ -257,8 +259,17 @@ class CheckpointJournal:
         assert got is not None
         return got
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (a full disk) is the store's refusal (STORAGE_FULL / STORAGE_ERROR), so a
+        push answers with that code instead of an internal error; nothing is half-written (autocommit)."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            raise storage_failure(exc, self.db_path) from exc
+
     def _update(self, checkpoint_id: str, sets: str, args: tuple) -> None:
-        with self._lock:
+        with self._lock, self._writing():
             self._db.execute(f"UPDATE relay_checkpoints SET {sets}, updated_at = ? WHERE id = ?",
                              (*args, time.time(), checkpoint_id))
 

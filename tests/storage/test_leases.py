@@ -176,3 +176,19 @@ def test_a_checkpoint_journal_of_version_1_gains_the_owner_column(db: Path) -> N
         assert journal._db.execute("SELECT value FROM relay_checkpoint_meta").fetchone()[0] == "2"
     finally:
         journal.close()
+
+
+def test_a_full_database_refuses_a_checkpoint_with_storage_full(db: Path) -> None:
+    journal = CheckpointJournal(db, owner="own_x")
+    try:
+        first = journal.prepare(origin="o", conversation=None, run_id="r", target="a.txt", pre_image=b"x",
+                                pending_sha256="0" * 64)
+        pages = journal._db.execute("PRAGMA page_count").fetchone()[0]
+        journal._db.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StorageUnavailable) as info:
+            journal.prepare(origin="o", conversation=None, run_id="r2", target="b.txt", pre_image=b"y" * 50_000,
+                            pending_sha256="1" * 64)
+        assert info.value.code.value == "STORAGE_FULL"
+        assert [c.id for c in journal.list()] == [first.id]  # nothing half-written
+    finally:
+        journal.close()
