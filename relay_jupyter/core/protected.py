@@ -173,6 +173,11 @@ class ProtectedPaths:
             cred = self._credential(seq)
             if cred:
                 return f"{cred}; {_WHY_CREDENTIAL}"
+        # a root that is itself inside a credential store (a Jupyter root of ~/.config, whose gcloud/ is one):
+        # the store's runs are matched on the whole resolved path too (names only below the root)
+        for run in CREDENTIAL_DIRS + CREDENTIAL_PATHS:
+            if _contains_run(folded_full, run):
+                return f"it is inside a credential store ({'/'.join(run)}); {_WHY_CREDENTIAL}"
         return None
 
     def _credential(self, seq: tuple[str, ...]) -> str | None:

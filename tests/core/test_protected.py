@@ -153,3 +153,17 @@ def test_read_roots_cover_the_notebook_dir_and_configured_dirs() -> None:
     for bad in ("../up", "/abs", "a/../b", "~/x"):
         with pytest.raises(ConfigRefusal):
             ReadRoots([bad])
+
+
+def test_a_root_inside_a_credential_store_still_refuses_it(tmp_path: Path) -> None:
+    root = tmp_path / ".config"
+    (root / "gcloud").mkdir(parents=True)
+    rules = ProtectedPaths(root)
+    with pytest.raises(WorkspaceRefusal) as exc:
+        rules.resolve("gcloud/credentials.db")
+    assert "credential store (.config/gcloud)" in exc.value.message
+    rules.resolve("other/settings.json")
+    ssh_root = tmp_path / "home" / ".ssh"
+    ssh_root.mkdir(parents=True)
+    with pytest.raises(WorkspaceRefusal):
+        ProtectedPaths(ssh_root).resolve("config")
