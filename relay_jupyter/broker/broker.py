@@ -130,6 +130,7 @@ class Broker:
 
     async def dispatch(self, caller: Caller, body: bytes) -> bytes | None:
         """Answer one JSON-RPC body for ``caller`` (see :mod:`relay_jupyter.broker.dispatch`)."""
+        self.events.follow(caller)  # a renamed notebook's kernel: its event streams follow its new origin
         return await dispatch(self, caller, body)
 
     def prune_events(self) -> int:

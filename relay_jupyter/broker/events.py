@@ -211,6 +211,21 @@ class EventBus:
             self.disconnects[reason] = self.disconnects.get(reason, 0) + 1
         sub.closed = True
 
+    def follow(self, caller: Caller) -> int:
+        """A kernel's origin is its notebook's path *now*: after a rename, its next request resolves the
+        new origin, and its open event streams (authenticated with the old one) see that origin's events
+        from then on — else the run it just started would stream into a filter that drops every event and
+        the cell would wait forever. Only the same kernel client is moved; returns how many streams."""
+        if caller.kind is not CallerKind.KERNEL or caller.origin is None:
+            return 0
+        moved = 0
+        for sub in list(self._subscribers):
+            old = sub.caller
+            if old.kind is CallerKind.KERNEL and old.client_id == caller.client_id and old.origin != caller.origin:
+                sub.caller = caller
+                moved += 1
+        return moved
+
     def replay_frames(self, caller: Caller, since: int, *, limit: int) -> tuple[int, bytes, bool]:
         """One page of replay: ``(next_since, frames, done)`` with the SSE frames of stored events
         after ``since`` that ``caller`` may see. Uses the store's SQL-filtered ``replay_sse`` when it

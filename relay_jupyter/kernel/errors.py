@@ -67,7 +67,8 @@ _HINTS: dict[str, str] = {
     "MODEL_NOT_ALLOWED": "pick a model the broker allows with --model, or widen the grant",
     "BUDGET_EXCEEDED": "the budget for this notebook is used up; see relay.budget() or raise the grant's limits",
     "PERMISSION_TIMEOUT": "nobody answered the permission request in time, so it was denied",
-    "UNAUTHORIZED": "this notebook has no grant yet; run %%agent interactively once to connect",
+    "UNAUTHORIZED": "this notebook has no grant (not connected yet, revoked, or the notebook was renamed); run "
+                    "the cell again to see the connect card",
     "SCOPE_EXCEEDED": "the tool is not in this notebook's grant; see relay.grants()",
     "CONSENT_DENIED": "the action was denied",
     # the broker's backend messages already end with these sentences (backends/base.py ADVICE): not repeated

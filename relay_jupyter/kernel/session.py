@@ -270,6 +270,16 @@ class Session:
         Raises:
             AgentError: a one-line, actionable failure (the cell fails).
         """
+        try:
+            return await self._run(opts)
+        except AgentError as exc:
+            if exc.code == "UNAUTHORIZED":
+                # the grant this kernel remembered is gone (revoked from the side panel, the notebook was
+                # renamed, it expired): forget it, so the next cell asks again with the connect card
+                self.connected_origin = False
+            raise
+
+    async def _run(self, opts: RunOptions) -> str:
         surface = detect_surface(self.shell, self.policy.surface)
         attachments = self._attachments(opts.variables)
         await wait_prewarm(self)
