@@ -231,7 +231,11 @@ class ReadRoots:
                 try:
                     fixed.append(split_relpath(entry))
                 except WorkspaceRefusal as exc:
-                    raise ConfigRefusal(Code.CONFIG_INVALID, f"read_roots: {exc.message}") from None
+                    why = exc.data.get("reason", exc.message)
+                    raise ConfigRefusal(Code.CONFIG_INVALID,
+                                        f"c.RelayApp.read_roots: {entry!r} is not a directory relative to the "
+                                        f"Jupyter root ({why}); use '{NOTEBOOK_DIR}', '.' or a path like "
+                                        "'data/shared'") from None
         self.fixed = tuple(fixed)
 
     def roots_for(self, origin: str | None) -> list[tuple[str, ...]]:

@@ -151,8 +151,9 @@ def test_read_roots_cover_the_notebook_dir_and_configured_dirs() -> None:
     assert ReadRoots([]).roots_for("notebook:a.ipynb") == []
     assert "every pull asks" in ReadRoots([]).describe("notebook:a.ipynb")
     for bad in ("../up", "/abs", "a/../b", "~/x"):
-        with pytest.raises(ConfigRefusal):
+        with pytest.raises(ConfigRefusal) as exc:
             ReadRoots([bad])
+        assert exc.value.message.startswith("c.RelayApp.read_roots: ") and "\n" not in exc.value.message
 
 
 def test_a_root_inside_a_credential_store_still_refuses_it(tmp_path: Path) -> None:
