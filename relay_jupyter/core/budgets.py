@@ -465,7 +465,7 @@ def judge_usage(reservation_tokens: int, estimate: RequestEstimate | None, usage
     """Decide what a request is charged (never more than its reservation; see :class:`Charge`).
 
     ``outcome``: ``complete`` (the stream ended normally), ``refused`` (an HTTP error answer before
-    any event), ``not_started`` (failed or cancelled before any event), anything else
+    any event, or no connection at all), ``not_started`` (failed or cancelled before any event), anything else
     (``interrupted``: cancelled, killed or failed after the answer began). ``usage`` None or all zero
     means the server reported none. ``streamed_output_tokens``: the estimate of what streamed (text
     and tool-call arguments), for a request without usage.

@@ -175,14 +175,21 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
 def charge_outcome(result: TurnResult, exc: BaseException | None) -> str:
     """The ``outcome`` of :func:`~relay_jupyter.core.budgets.judge_usage` for a turn that ended with
     ``exc`` (None: it completed): ``complete``; ``refused`` when the server answered an HTTP error
-    before any event (nothing was generated); ``not_started`` when it failed or was cancelled before
-    any event (the prompt may have been processed); else ``interrupted`` (the answer had begun: it
-    may have run to ``max_tokens``)."""
+    before any event, or could not be connected to at all (nothing was generated); ``not_started``
+    when it failed or was cancelled before any event (the prompt may have been processed); else
+    ``interrupted`` (the answer had begun: it may have run to ``max_tokens``)."""
     if exc is None:
         return "complete"
     if result.events == 0:
-        return "refused" if getattr(exc, "status", None) else "not_started"
+        return "refused" if getattr(exc, "status", None) or _never_connected(exc) else "not_started"
     return "interrupted"
+
+
+def _never_connected(exc: BaseException) -> bool:
+    # the backends say "cannot reach <server>" only when no connection was made (connect error or
+    # connect timeout, backends/capped.py); a connection cut after the request went out says otherwise
+    return getattr(exc, "code", None) is Code.BACKEND_UNREACHABLE \
+        and str(getattr(exc, "message", "")).startswith("cannot reach")
 
 
 def streamed_output_tokens(result: TurnResult, max_tokens: int) -> int:

@@ -143,3 +143,23 @@ async def test_concurrent_runs_never_pass_the_day_limit(fake, backend_name):
     u = _ledger(rig)
     assert u["tokens"] <= limit and u["reserved_tokens"] == 0
     assert u["tokens"] == sum(r.arguments["tokens"] for r in _model_records(rig, "settled"))
+
+
+async def test_an_unreachable_server_is_charged_nothing():
+    """A stopped local model server: retrying the cell must not eat the day budget."""
+    import socket
+
+    from relay_jupyter.backends.openai import OpenAIBackend
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with FakeOpenAI(api_key=KEY) as fake:
+        dead = OpenAIBackend(f"http://127.0.0.1:{port}/v1", KEY, models=("gpt-fake-*",), timeout=5)
+        rig = make_rig("openai", fake, extra_backends={"dead": dead})
+        run_id, terminal = await rig.run(max_tokens=300, backend="dead")
+        assert terminal == EventType.ERROR
+        error = rig.events.of(EventType.ERROR, run_id)[0]
+        assert error["code"] == "BACKEND_UNREACHABLE" and "cannot reach" in error["message"]
+        (settled,) = _model_records(rig, "settled")
+        assert settled.arguments["basis"] == "refused" and _ledger(rig)["tokens"] == 0
