@@ -92,7 +92,9 @@ _SPECS = (
           ["path", "edits"], ToolClass.CONTAINED),
     _spec("scratch_delete", "Delete a file (or an empty directory) from the scratch workspace.",
           {"path": _PATH}, ["path"], ToolClass.CONTAINED),
-    _spec("scratch_pull", "Copy a file from the Jupyter root into the scratch workspace (bytes, any encoding).",
+    _spec("scratch_pull", "Copy a file from the Jupyter root into the scratch workspace (bytes, any encoding). "
+          "Files outside the notebook's own directory need the user's approval first; credentials (.ssh/, .env, "
+          "*.pem, ...), Jupyter and relay configuration are always refused.",
           {"source": {**_PATH, "description": "Path relative to the Jupyter root."}, "path": _PATH},
           ["source", "path"], ToolClass.READ),
     _spec("scratch_push",
