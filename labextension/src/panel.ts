@@ -197,8 +197,13 @@ export class RelayPanel extends Widget {
     for (const grant of grants) {
       let usage = '';
       try {
-        const budget = await this.client.call('budget.get', { origin: grant.origin });
-        usage = `${budget.tokens ?? 0} tokens, $${(budget.cost_usd ?? 0).toFixed(4)} today`;
+        // budget.get answers {origin, usage: {tokens, cost_usd, tokens_limit, cost_limit, ...}} (docs/protocol.md)
+        const u = (await this.client.call('budget.get', { origin: grant.origin }))?.usage ?? {};
+        const tokens = Number(u.tokens ?? 0);
+        const cost = Number(u.cost_usd ?? 0);
+        const ofTokens = u.tokens_limit == null ? '' : ` of ${Number(u.tokens_limit).toLocaleString()}`;
+        const ofCost = u.cost_limit == null ? '' : ` of $${Number(u.cost_limit).toFixed(2)}`;
+        usage = `${tokens.toLocaleString()}${ofTokens} tokens, $${cost.toFixed(4)}${ofCost} today`;
       } catch {
         usage = '';
       }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -163,5 +164,12 @@ def test_make_lab_opens_the_quickstart_and_the_demo_answers(lab_page: tuple[Lab,
     panel.wait_for(state="visible", timeout=30_000)
     panel.get_by_text("Connected to the relay broker.").wait_for(timeout=30_000)
     panel.locator(".jp-relay-grants").get_by_text("quickstart.ipynb", exact=False).first.wait_for(timeout=30_000)
+    # its budget line is the broker's budget.get usage (it read a field that does not exist: always 0)
+    line = panel.locator(".jp-relay-grant").filter(has_text="quickstart.ipynb").first
+    try:
+        line.get_by_text(re.compile(r"[1-9][\d,]* of 200,000 tokens, \$\d+\.\d{4} of \$5\.00 today")).wait_for(
+            timeout=30_000)
+    except Exception as exc:
+        raise AssertionError(line.inner_text()) from exc
     page.screenshot(path=str(ARTIFACTS / "main-job-side-panel.png"))
     assert "relay" in lab.server_log().lower()
