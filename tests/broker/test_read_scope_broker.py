@@ -42,7 +42,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (root / "proj").mkdir(parents=True)
     (root / "proj" / "data.csv").write_text("a,b\n1,2\n")
     (root / "other").mkdir()
-    (root / "other" / "notes.txt").write_text("outside the notebook's directory\n")
+    (root / "other" / "notes.txt").write_text("NOTES-7c1e: outside the notebook's directory\n")
     secrets: dict[str, str] = {}
     for i, rel in enumerate(CREDENTIALS):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -154,7 +154,7 @@ async def test_a_pull_outside_the_notebook_dir_shows_a_card(tmp_path, home):
             assert "other/notes.txt" in reasons and "model provider" in reasons and "proj/" in reasons
             assert card["preview"]["source"] == "other/notes.txt" and "tool_class" not in card["preview"]
             assert await finish(broker, run["run_id"]) == EventType.DONE
-            assert "outside the notebook" not in json.dumps([r.body for r in fake.requests])
+            assert "NOTES-7c1e" not in json.dumps([r.body for r in fake.requests])  # denied: never read
 
             # approved once: pulled
             fake.enqueue(Reply(tool_use("scratch_pull", {"source": "other/notes.txt", "path": "n.txt"})),
