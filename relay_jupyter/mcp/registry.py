@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -33,6 +34,11 @@ from .stdio import DEFAULT_MAX_MESSAGE_BYTES
 __all__ = ["McpRegistry", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
+
+#: An approved call (``expected_digest``) re-lists its server first when the last listing is older
+#: than this many seconds: a consent card may have been open for minutes, and a tool changed silently
+#: meanwhile must not run under the approval given for the old one.
+RELIST_AFTER = 1.0
 
 
 @dataclass
@@ -61,6 +67,8 @@ class _Server:
     error: str | None = None
     problems: list[str] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    listed_at: float = 0.0
+    """``time.monotonic()`` of the last successful ``tools/list``."""
 
 
 class McpRegistry:
@@ -139,6 +147,7 @@ class McpRegistry:
                     logger.warning("MCP server %r unavailable: %s", server.config.name, exc.message)
                     return False
             found, problems = convert_tools(server.config.name, server.config.source, listed)
+            server.listed_at = time.monotonic()
             server.tools = {tool.spec.name: tool for tool in found}
             server.problems = problems
             server.error = None
@@ -258,13 +267,16 @@ class McpRegistry:
         arguments: dict[str, Any],
         *,
         expected_digest: str | None = None,
+        expected_hints: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """Call ``server__tool``: ``{"content": str, "is_error": bool, "structured": Any, "truncated": bool}``.
 
         ``expected_digest`` (the digest of the spec the gate approved; defaults to the digest known
-        when the call starts) is re-checked after any reconnect or re-list: a changed tool is refused
-        with ``DIGEST_MISMATCH`` rather than run under a consent given for something else.
+        when the call starts) and ``expected_hints`` (its annotations) are re-checked against the
+        server's listing — re-listed first when it is older than :data:`RELIST_AFTER` (a card was
+        open) or after a reconnect or ``tools/list_changed``: a changed tool is refused with
+        ``DIGEST_MISMATCH`` rather than run under a consent given for something else.
 
         Raises:
             RoutingRefusal: ``UNKNOWN_TOOL`` or ``DIGEST_MISMATCH``.
@@ -276,13 +288,15 @@ class McpRegistry:
         server = self._servers[parts[0]]
         known = server.tools.get(name)
         digest = expected_digest or (known.spec.digest if known is not None else None)
-        needs_connect = not server.connection.connected or server.connection.tools_changed
-        if needs_connect and not await self._connect(server):
+        stale = expected_digest is not None and time.monotonic() - server.listed_at > RELIST_AFTER
+        needs_connect = not server.connection.connected or server.connection.tools_changed or stale
+        if needs_connect and not await self._connect(server, relist=stale):
             raise McpToolError(server.config.name, "connect", server.error or "MCP server unavailable")
         current = server.tools.get(name)
         if current is None:
             raise RoutingRefusal(Code.UNKNOWN_TOOL, f"MCP server {parts[0]!r} no longer offers {name!r}")
-        if digest is not None and current.spec.digest != digest:
+        if (digest is not None and current.spec.digest != digest) or (
+                expected_hints is not None and current.spec.hints != expected_hints):
             raise RoutingRefusal(
                 Code.DIGEST_MISMATCH,
                 f"MCP tool {name} changed (description, schema or server) since it was approved; ask again",

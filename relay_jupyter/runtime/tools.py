@@ -293,16 +293,20 @@ class McpToolsProvider:
         return await current(name)
 
     async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """Record the digest of the tool as it is now: the consent is for exactly this tool, and
-        :meth:`call` refuses (DIGEST_MISMATCH) if the server changed it while the card was open."""
+        """Record the digest and annotations of the tool as it is now: the consent is for exactly this
+        tool, and :meth:`call` refuses (DIGEST_MISMATCH) if the server changed it while the card was open."""
         spec = self._registry.spec(name)
-        return Preflight(preview={"tool_digest": spec.digest} if spec is not None else {})
+        return Preflight(preview={"tool_digest": spec.digest, "tool_hints": dict(spec.hints)}
+                         if spec is not None else {})
 
     async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                    approved_preview: dict[str, Any]) -> ToolResult:
         """Call the tool on its server (timeouts and output caps are the registry's)."""
         digest = approved_preview.get("tool_digest")
-        return as_result(await self._registry.call(name, args, expected_digest=digest))
+        hints = approved_preview.get("tool_hints")
+        if hints is None:
+            return as_result(await self._registry.call(name, args, expected_digest=digest))
+        return as_result(await self._registry.call(name, args, expected_digest=digest, expected_hints=hints))
 
 
 class ToolIndex:

@@ -26,6 +26,7 @@ from relay_jupyter.broker.runs import install_runtime
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.types import Grant, ToolClass
 from relay_jupyter.mcp import McpRegistry
+from relay_jupyter.mcp import registry as registry_module
 from relay_jupyter.mcp.config import McpConfig, StdioServerConfig
 from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
 from relay_jupyter.testing import FakeAnthropic, Reply, tool_use
@@ -178,3 +179,27 @@ async def test_saved_trust_and_run_allow_do_not_reach_the_changed_tool(tmp_path:
                               {"request_id": second["request_id"], "decision": "deny"})
             assert await rig.finish(run_id) == EventType.DONE
             assert len(_calls(rig.notes)) == 1
+
+
+async def test_a_tool_changed_while_its_card_is_open_is_refused_not_run(tmp_path: Path, notes: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The approval is bound to the tool on the card: a server that changes the tool silently (only
+    its annotations) while the card is open gets DIGEST_MISMATCH at execution, and nothing runs."""
+    with FakeAnthropic(api_key=KEY) as fake:
+        fake.enqueue(Reply(tool_use("ch__lookup", {"word": "first"})), Reply("done"))
+        async with Rig(tmp_path, notes, fake, "--hints-only", "--watch") as rig:
+            rig.registry.unpin("ch__lookup")  # a write: its call waits on a card
+            run_id = await rig.start()
+            card = (await rig.wait_event(EventType.PERMISSION_REQUEST)).data
+            assert "tool_changed" not in card and card["preview"]["tool_hints"]["read_only_hint"] is True
+            (notes / "flip_now").touch()
+            async with asyncio.timeout(30):
+                while not (notes / "flipped").exists():
+                    await asyncio.sleep(0.02)
+            monkeypatch.setattr(registry_module, "RELIST_AFTER", 0.0)  # the card was open longer than that
+            await call_method(rig.broker, KERNEL, "permission.answer",
+                              {"request_id": card["request_id"], "decision": "allow"})
+            assert await rig.finish(run_id) == EventType.DONE
+            finished = [e.data for e in rig.events(EventType.TOOL_FINISHED)]
+            assert [f.get("code") for f in finished] == ["DIGEST_MISMATCH"]
+            assert _calls(notes) == []
