@@ -58,6 +58,7 @@ function argumentsBesideCode(args: any): any {
 export class RelayPanel extends Widget {
   private client = new RelayClient();
   private pending = new Map<string, IPending>();
+  private inFlight: { added: Map<string, IPending>; resolved: Set<string> } | null = null;
   private abort = new AbortController();
   private status = el('div', { class: 'jp-relay-status' });
   private approvals = el('div', { class: 'jp-relay-approvals' });
@@ -91,16 +92,20 @@ export class RelayPanel extends Widget {
   }
 
   private async start(): Promise<void> {
+    // live from now: the state comes from refresh()'s snapshots (replaying the whole log from id 0 on
+    // every page load blocked the broker and refreshed once per replayed run.done)
+    void this.client.follow(null, event => this.onEvent(event), this.abort.signal);
     await this.refresh();
-    void this.client.follow(0, event => this.onEvent(event), this.abort.signal);
   }
 
   private onEvent(event: IRelayEvent): void {
     if (event.type === 'permission.request') {
       this.pending.set(event.data.request_id, { origin: event.origin ?? undefined, ...event.data } as IPending);
+      this.inFlight?.added.set(event.data.request_id, this.pending.get(event.data.request_id) as IPending);
       this.renderApprovals();
     } else if (event.type === 'permission.resolved' || event.type === 'permission_timeout') {
       this.pending.delete(event.data.request_id);
+      this.inFlight?.resolved.add(event.data.request_id);
       this.renderApprovals();
     } else if (event.type === 'grant.changed' || event.type.startsWith('run.')) {
       if (event.type === 'grant.changed' || event.type === 'run.done' || event.type === 'run.error') {
@@ -110,15 +115,29 @@ export class RelayPanel extends Widget {
   }
 
   async refresh(): Promise<void> {
+    // events that arrive while the snapshot is in flight win over it: a request made just after the
+    // snapshot was taken (the first card after Connect) is kept, one resolved meanwhile stays gone
+    const flight = { added: new Map<string, IPending>(), resolved: new Set<string>() };
+    this.inFlight = flight;
     try {
       const [pending, grants, audit] = await Promise.all([
         this.client.call('permission.pending'),
         this.client.call('grants.list'),
         this.client.call('audit.tail', { n: 20 })
       ]);
+      if (this.inFlight !== flight) {
+        return; // a newer refresh started meanwhile: its snapshot is the fresher one
+      }
       this.pending.clear();
       for (const request of pending.requests ?? []) {
-        this.pending.set(request.request_id, request);
+        if (!flight.resolved.has(request.request_id)) {
+          this.pending.set(request.request_id, request);
+        }
+      }
+      for (const [id, request] of flight.added) {
+        if (!flight.resolved.has(id)) {
+          this.pending.set(id, request);
+        }
       }
       this.renderApprovals();
       await this.renderGrants(grants.grants ?? []);
@@ -129,6 +148,10 @@ export class RelayPanel extends Widget {
       const message = err instanceof RelayError ? err.message : String(err);
       this.status.textContent = `Relay broker unavailable: ${message}`;
       this.status.classList.add('jp-relay-error');
+    } finally {
+      if (this.inFlight === flight) {
+        this.inFlight = null;
+      }
     }
   }
 

@@ -53,11 +53,12 @@ export class RelayClient {
   }
 
   /**
-   * Follow the event stream from `since`, calling `onEvent` for each event, until `signal` aborts.
-   * Reconnects with the last id seen, so nothing is missed across a dropped connection.
+   * Follow the event stream, calling `onEvent` for each event, until `signal` aborts. `since` null
+   * starts live (the broker's current state comes from RPC snapshots, not from replaying the log);
+   * a reconnect asks for everything after the last id seen, so nothing is missed across a drop.
    */
   async follow(
-    since: number,
+    since: number | null,
     onEvent: (event: IRelayEvent) => void,
     signal: AbortSignal
   ): Promise<void> {
@@ -65,7 +66,7 @@ export class RelayClient {
     while (!signal.aborted) {
       try {
         const response = await ServerConnection.makeRequest(
-          this.url(`events?since=${last}`),
+          this.url(last === null ? 'events' : `events?since=${last}`),
           { method: 'GET', signal },
           this.settings
         );
@@ -92,7 +93,9 @@ export class RelayClient {
               .join('\n');
             if (data) {
               const event = JSON.parse(data) as IRelayEvent;
-              last = Math.max(last, event.id);
+              if (typeof event.id === 'number') {
+                last = Math.max(last ?? 0, event.id);
+              }
               onEvent(event);
             }
           }

@@ -1,0 +1,62 @@
+"""The side panel is live (issue 13): opened before anything happens, it shows the first permission request of a
+fresh notebook the moment it is made — no Refresh click — including right after a Connect (a refresh then
+raced the request and dropped it); and it starts from the live end of the event stream instead of replaying
+the log from id 0. Real JupyterLab with the extension, the demo backend, headless Chromium."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_main_job import ARTIFACTS, TOKEN, lab_page  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _notebook(path: Path) -> None:
+    cells = [
+        "%load_ext relay_jupyter",
+        "relay.connect(['scratch_write', 'scratch_edit', 'scratch_push'])",
+        "%%agent\nwrite a cleaning script to a file",
+    ]
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                         "language": "python"}},
+          "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": src, "outputs": [],
+                     "execution_count": None} for i, src in enumerate(cells)]}
+    path.write_text(json.dumps(nb))
+
+
+def test_the_first_request_appears_in_the_panel_without_refresh(lab_page: tuple[Any, Any]) -> None:
+    lab, page = lab_page
+    _notebook(lab.root / "live.ipynb")
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"{lab.url}lab/tree/live.ipynb?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    # open the panel first: it must learn of the request from the live stream, not from a later refresh
+    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
+    panel = page.locator("#relay-jupyter-panel")
+    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
+    assert [u for u in requests if "/relay/events" in u and "since=0" not in u], requests
+    assert not [u for u in requests if "relay/events?since=0" in u], requests
+
+    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
+    for _ in range(240):
+        if page.locator(".jp-Dialog .jp-mod-accept").count():
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        if idle.count():
+            break
+        page.wait_for_timeout(250)
+    page.locator(".jp-Cell").first.click()
+    for _ in range(3):
+        page.keyboard.press("Shift+Enter")
+
+    card = panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push")
+    card.first.wait_for(timeout=90_000)  # no Refresh click anywhere in this test
+    page.screenshot(path=str(ARTIFACTS / "panel-live-request.png"))
+    # the same request is answerable from the cell; denying it there removes it from the panel
+    page.locator(".jp-OutputArea-output").get_by_role("button", name="Deny").first.click()
+    card.first.wait_for(state="detached", timeout=30_000)
