@@ -16,13 +16,14 @@ Hand-written because neither the SDK nor ``httpx2`` offers a bound on one SSE ev
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
+
+from ..core.netaddr import is_loopback_host
 
 __all__ = ["StreamCompressed", "StreamTooLarge", "capped_client"]
 
@@ -97,18 +98,10 @@ def is_loopback_url(url: str | None) -> bool:
     if not url:
         return False
     try:
-        host = (urlsplit(url).hostname or "").lower()
+        host = urlsplit(url).hostname or ""
     except ValueError:
         return False
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+    return is_loopback_host(host)
 
 
 def transport_failure(exc: BaseException, server: str, *, read_timeout: float | None = None) -> Any:

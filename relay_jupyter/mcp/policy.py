@@ -21,12 +21,12 @@ loopback is allowed only when the exact ``http://host:port`` is listed in
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
 from ..core.errors import Code, ConfigRefusal
+from ..core.netaddr import is_loopback_host
 
 __all__ = [
     "MAX_HEADERS",
@@ -69,20 +69,6 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 
 def _refuse(message: str) -> ConfigRefusal:
     return ConfigRefusal(Code.ENDPOINT_REFUSED, message)
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost``, 127.0.0.0/8 and ``::1``; hostnames are not resolved (no DNS games)."""
-    host = host.strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
 
 
 def _param_is_secret(name: str) -> bool:
