@@ -298,6 +298,10 @@ class AnthropicProxy:
             if not grant.allows_model(model):
                 raise _refusal(GateRefusal(Code.SCOPE_EXCEEDED, f"the model {model!r} is not in this "
                                            "notebook's grant"))
+            try:
+                gate.ledger.take_request(origin, grant)  # it spends the broker's upstream rate limit
+            except GateRefusal as exc:
+                raise _refusal(exc) from None
             return await self._forward(f"{url}/v1/messages/count_tokens", body, query, key, client_headers,
                                        None, None, stream=False)
         max_tokens = message.get("max_tokens")
@@ -326,6 +330,10 @@ class AnthropicProxy:
         if grant is None:
             raise _refusal(GateRefusal(Code.UNAUTHORIZED, f"{origin} has no grant: connect this notebook to "
                                        "relay first"))
+        try:
+            self.broker.gate.ledger.take_request(origin, grant)
+        except GateRefusal as exc:
+            raise _refusal(exc) from None
         url, key = self._resolve_upstream()
         import httpx2
 
