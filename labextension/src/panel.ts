@@ -72,9 +72,24 @@ export class RelayPanel extends Widget {
     this.addClass('jp-relay-panel');
     const refresh = el('button', { class: 'jp-relay-refresh jp-mod-styled' }, 'Refresh');
     refresh.onclick = () => void this.refresh();
+    // the kill switch: every run of every notebook stops and every pending request is denied (the broker's
+    // `kill {all: true}`, a browser-only call)
+    const kill = el('button', { class: 'jp-relay-kill jp-mod-styled jp-mod-warn' }, 'Stop all runs');
+    const killed = el('div', { class: 'jp-relay-kill-result' });
+    kill.onclick = async () => {
+      try {
+        const r = await this.client.call('kill', { all: true });
+        killed.textContent = `Stopped ${r.cancelled_runs} run(s), denied ${r.denied_requests} request(s).`;
+      } catch (err) {
+        killed.textContent = `Stop failed: ${err instanceof RelayError ? err.message : String(err)}`;
+      }
+      await this.refresh();
+    };
     this.node.append(
       el('h2', {}, 'Relay'),
       this.status,
+      kill,
+      killed,
       el('h3', {}, 'Waiting for you'),
       this.approvals,
       el('h3', {}, 'Grants and budgets'),

@@ -9,6 +9,7 @@
 - ``relay.connect(tools, ...)``: grant this notebook tools, models and a budget from code (the
   connect card's click, for headless runs: code the user runs in the kernel is the user).
 - ``relay.checkpoints()`` / ``relay.revert(checkpoint_id)``: pushes into the Jupyter root, and undoing them.
+- ``relay.kill()``: stop this notebook's runs and deny its pending requests.
 - ``relay.anthropic()`` / ``relay.async_anthropic()``: official ``anthropic`` SDK clients that reach Claude
   through relay's gate with this kernel's credential; ``relay.claude_env()``: the environment for a ``claude``
   CLI subprocess (``kernel/sdk_clients.py``, docs/proxy.md).
@@ -55,7 +56,7 @@ class Relay:
 
     def __repr__(self) -> str:
         return ("relay: connect(tools) grants() budget() audit() runs() run(run_id) diff(path) checkpoints() "
-                "revert(checkpoint_id) anthropic() async_anthropic() claude_env()")
+                "revert(checkpoint_id) kill() anthropic() async_anthropic() claude_env()")
 
     def _endpoint(self) -> Any:
         async def go() -> Any:
@@ -63,6 +64,13 @@ class Relay:
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-rpc") as pool:
             return pool.submit(asyncio.run, go()).result(timeout=_TIMEOUT + 5)
+
+    def kill(self) -> dict[str, int]:
+        """Stop every run of this notebook and deny its pending permission requests (the side panel's
+        "Stop all runs" does it for every notebook). Returns ``{cancelled_runs, denied_requests}``."""
+        result = self._call(Method.KILL, {})
+        return {"cancelled_runs": int(result.get("cancelled_runs", 0)),
+                "denied_requests": int(result.get("denied_requests", 0))}
 
     def anthropic(self, **kwargs: Any) -> Any:
         """An ``anthropic.Anthropic`` client whose requests go through relay (grant, budget, audit; the broker's

@@ -73,3 +73,11 @@ def test_after_a_revoke_the_next_cell_asks_again(server: RealServer) -> None:
                "print('remembered', s.connected_origin)")
     reply, msgs = execute(kc, session)
     assert "remembered False" in text_of(msgs), text_of(msgs)
+
+
+def test_relay_kill_in_a_cell_answers_with_counts(server: RealServer) -> None:
+    kc = server.kernel_for("kill.ipynb")
+    execute(kc, "%load_ext relay_jupyter")
+    execute(kc, CONNECT)
+    reply, msgs = execute(kc, "print(relay.kill())")
+    assert reply["status"] == "ok" and "{'cancelled_runs': 0, 'denied_requests': 0}" in text_of(msgs), text_of(msgs)

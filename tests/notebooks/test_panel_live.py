@@ -60,3 +60,33 @@ def test_the_first_request_appears_in_the_panel_without_refresh(lab_page: tuple[
     # the same request is answerable from the cell; denying it there removes it from the panel
     page.locator(".jp-OutputArea-output").get_by_role("button", name="Deny").first.click()
     card.first.wait_for(state="detached", timeout=30_000)
+
+
+def test_the_kill_switch_stops_the_run_and_denies_its_request(lab_page: tuple[Any, Any]) -> None:
+    lab, page = lab_page
+    _notebook(lab.root / "kill.ipynb")
+    page.goto(f"{lab.url}lab/tree/kill.ipynb?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
+    panel = page.locator("#relay-jupyter-panel")
+    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
+    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
+    for _ in range(240):
+        if page.locator(".jp-Dialog .jp-mod-accept").count():
+            page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        if idle.count():
+            break
+        page.wait_for_timeout(250)
+    page.locator(".jp-Cell").first.click()
+    for _ in range(3):
+        page.keyboard.press("Shift+Enter")
+    card = panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push")
+    card.first.wait_for(timeout=90_000)
+
+    panel.get_by_role("button", name="Stop all runs").click()
+    panel.get_by_text("Stopped 1 run(s), denied 1 request(s).").wait_for(timeout=30_000)
+    card.first.wait_for(state="detached", timeout=30_000)
+    # the cell ends (one failed-cell line), and nothing was written into the project
+    page.locator(".jp-OutputArea-output").filter(has_text="relay:").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "panel-kill.png"))
+    assert not (lab.root / "clean.py").exists()
