@@ -5,13 +5,17 @@ conversation id a safe single name). Every operation opens the path component by
 ``O_NOFOLLOW`` from the root's fd (:mod:`.fsops`) and proves containment on the opened directory.
 Quotas — per file, per workspace (bytes) and entries (files + directories, hidden ones counted) —
 are checked against a fresh scan before anything is created, so a write that would exceed one
-leaves nothing behind, not even a parent directory.
+leaves nothing behind, not even a parent directory. A staged ``.relay-tmp-<16 hex>`` file that a crash
+left between staging and rename is removed when the workspace is first opened by a process (the
+workspace is the broker's own directory: no other program writes there; a concurrent write of
+another broker on the same data dir would fail, never land elsewhere).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import threading
@@ -26,6 +30,7 @@ from . import fsops
 __all__ = ["Workspace", "WorkspaceManager", "Entry", "Usage", "MiB"]
 
 MiB = 1024 * 1024
+_STAGED = re.compile(r"\.relay-tmp-[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,22 @@ class Workspace:
         self.max_entries = max_entries
         self.lock = threading.RLock()
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.removed_staged = self._remove_staged()
+
+    def _remove_staged(self) -> int:
+        """Remove crash leftovers of :func:`fsops.write_file_at` (regular files named ``.relay-tmp-<hex>``)."""
+        removed = 0
+        with self.lock:
+            for e in self.entries():
+                name = e.path.rsplit("/", 1)[-1]
+                if e.kind == "file" and _STAGED.fullmatch(name):
+                    parts = tuple(e.path.split("/"))
+                    try:
+                        with fsops.parent_dir(self.root, parts, shown=e.path) as d:
+                            removed += fsops.remove_regular_at(d, parts[-1])
+                    except (OSError, WorkspaceRefusal):
+                        continue
+        return removed
 
     # -- scanning -------------------------------------------------------------------------
 

@@ -163,3 +163,14 @@ def test_revert_removes_a_staged_leftover_of_its_steps(tmp_path: Path) -> None:
     assert result["complete"] and (root / "a.md").read_text() == "v0\n"
     assert not left.exists() and foreign.exists()
     journal.close()
+
+
+def test_a_workspace_drops_staged_leftovers_when_first_opened(tmp_path: Path) -> None:
+    manager = WorkspaceManager(tmp_path / "ws")
+    ws = manager.for_conversation("c")
+    ws.write("sub/keep.txt", b"kept\n")
+    (ws.root / "sub" / ".relay-tmp-0123456789abcdef").write_bytes(b"half a write\n")  # what a crash leaves
+    (ws.root / ".relay-tmp-not-hex").write_bytes(b"not a staged name\n")
+    fresh = WorkspaceManager(tmp_path / "ws").for_conversation("c")  # the next process's first open
+    assert fresh.removed_staged == 1
+    assert sorted(e.path for e in fresh.entries()) == [".relay-tmp-not-hex", "sub", "sub/keep.txt"]
