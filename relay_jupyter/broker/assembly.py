@@ -101,10 +101,10 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
         log.info("relay: default backend %r is not configured; using %r", broker.config.default_backend, first)
         broker.config = broker.config.model_copy(update={"default_backend": first})
     install_runtime(broker, backends)
-    broker.mcp = _mcp_registry(broker)
     # after the runtime's crash repair (which reads runs by the ids they were stored with)
     migrate_legacy_keys(broker.runs.conversations,
                         None if broker.config.in_memory else relay_dir / "workspaces")
+    broker.mcp = _mcp_registry(broker)
 
 
 def _mcp_registry(broker: Broker) -> Any:

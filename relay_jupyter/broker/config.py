@@ -98,11 +98,6 @@ class BrokerConfig(BaseModel):
     secrets_file: Path | None = None
     """A 0600 file with keys (read by ``backends/keys.py``); refused when group/world accessible."""
     mcp_config_path: Path | None = None
-    pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """Per-model price overrides (USD per million tokens), merged over the defaults."""
-    default_model: str = "claude-sonnet-4-5"
-    default_backend: Literal["anthropic", "openai"] = "anthropic"
-    allowed_models: tuple[str, ...] = ()
     read_roots: tuple[str, ...] = ("{notebook_dir}",)
     """Directories (relative to the Jupyter root) a ``scratch_pull`` reads without a card; elsewhere a pull
     is a write (one click). ``{notebook_dir}``: the calling notebook's own directory (daemon clients have
@@ -110,6 +105,11 @@ class BrokerConfig(BaseModel):
     secret_globs: tuple[str, ...] = ()
     """More credential globs refused for pull and push even with approval (beside the built-in
     ``.ssh/``, ``.env``, ``*.pem``...); without ``/`` a glob matches any path component."""
+    pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Per-model price overrides (USD per million tokens), merged over the defaults."""
+    default_model: str = "claude-sonnet-4-5"
+    default_backend: Literal["anthropic", "openai"] = "anthropic"
+    allowed_models: tuple[str, ...] = ()
     """Models the broker allows at all ('' = every model a grant names)."""
     default_tools: tuple[str, ...] = ("list_variables", "describe_dataframe")
     """Tools a connect card proposes by default."""
