@@ -268,7 +268,12 @@ class RunManager:
         try:
             await self._loop(run, backend)
         except asyncio.CancelledError:
-            terminal, data, state = EventType.CANCELLED, {}, "cancelled"
+            failure = run.store_failure
+            if isinstance(failure, Refusal):  # cancelled by a store failure the coalescer's timer met
+                terminal, data, state = EventType.ERROR, {"code": failure.code.value, "message": failure.message}, \
+                    "error"
+            else:
+                terminal, data, state = EventType.CANCELLED, {}, "cancelled"
         except GateRefusal as exc:
             if exc.code is Code.BUDGET_EXCEEDED:
                 terminal, data, state = EventType.BUDGET_EXHAUSTED, {"message": exc.message, **exc.data}, \
@@ -516,6 +521,10 @@ class RunManager:
             run.store_failure = exc
             if in_turn:
                 raise
+            # outside the turn (the coalescer's timer): end the turn now — else the run streams on into a
+            # store that records nothing until the model stops (minutes), and the cell waits that long
+            if run.task is not None and not run.task.done():
+                run.task.cancel()
 
     def _emit(self, run: _Run, type: str, data: dict[str, Any]) -> None:
         self.events.append(type, {"run_id": run.run_id, **data}, origin=run.ctx.origin, run_id=run.run_id)
