@@ -63,11 +63,7 @@ class JournalMixin(Database):
 
         Raises KeyError for an unknown run, ValueError for ``state == "running"``.
         """
-        check_text("state", state)
-        if state == RUNNING:
-            raise ValueError("a finished run needs a terminal state, not 'running'")
-        if meta is not None:
-            _check_dict("meta", meta)
+        _check_finish(state, meta)
         with self.transaction() as conn:
             row = conn.execute("SELECT meta FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
@@ -137,11 +133,7 @@ class JournalMixin(Database):
 
         Raises KeyError for an unknown run, StorageUnavailable when the store cannot be written.
         """
-        check_text("state", state)
-        if state == RUNNING:
-            raise ValueError("a finished run needs a terminal state, not 'running'")
-        if meta is not None:
-            _check_dict("meta", meta)
+        _check_finish(state, meta)
         with self.transaction() as conn:
             row = conn.execute("SELECT meta, finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
@@ -198,3 +190,12 @@ class JournalMixin(Database):
             conn.execute("UPDATE runs SET state = ?, finished_at = ? WHERE finished_at IS NULL",
                          (INTERRUPTED, self.now()))
         return ids
+
+
+def _check_finish(state: str, meta: dict[str, Any] | None) -> None:
+    """The arguments of a run's end (``run_finished``, ``finish_run``): a terminal state and a JSON-safe meta."""
+    check_text("state", state)
+    if state == RUNNING:
+        raise ValueError("a finished run needs a terminal state, not 'running'")
+    if meta is not None:
+        _check_dict("meta", meta)

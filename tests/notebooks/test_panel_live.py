@@ -29,20 +29,16 @@ def _notebook(path: Path) -> None:
     path.write_text(json.dumps(nb))
 
 
-def test_the_first_request_appears_in_the_panel_without_refresh(lab_page: tuple[Any, Any]) -> None:
-    lab, page = lab_page
-    _notebook(lab.root / "live.ipynb")
-    requests: list[str] = []
-    page.on("request", lambda r: requests.append(r.url))
-    page.goto(f"{lab.url}lab/tree/live.ipynb?token={TOKEN}")
+def _open_panel_and_run(lab: Any, page: Any, name: str) -> Any:
+    """Open ``name`` with the relay panel showing, run its three cells, return the panel once the push card
+    is in it (learned from the live stream: no Refresh click anywhere)."""
+    _notebook(lab.root / name)
+    page.goto(f"{lab.url}lab/tree/{name}?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     # open the panel first: it must learn of the request from the live stream, not from a later refresh
     page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
     panel = page.locator("#relay-jupyter-panel")
     panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
-    assert [u for u in requests if "/relay/events" in u and "since=0" not in u], requests
-    assert not [u for u in requests if "relay/events?since=0" in u], requests
-
     idle = page.get_by_text("Python 3 (ipykernel) | Idle")
     for _ in range(240):
         if page.locator(".jp-Dialog .jp-mod-accept").count():
@@ -53,9 +49,19 @@ def test_the_first_request_appears_in_the_panel_without_refresh(lab_page: tuple[
     page.locator(".jp-Cell").first.click()
     for _ in range(3):
         page.keyboard.press("Shift+Enter")
+    panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push").first.wait_for(
+        timeout=90_000)
+    return panel
 
+
+def test_the_first_request_appears_in_the_panel_without_refresh(lab_page: tuple[Any, Any]) -> None:
+    lab, page = lab_page
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    panel = _open_panel_and_run(lab, page, "live.ipynb")
+    assert [u for u in requests if "/relay/events" in u], requests
+    assert not [u for u in requests if "relay/events?since=0" in u], requests
     card = panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push")
-    card.first.wait_for(timeout=90_000)  # no Refresh click anywhere in this test
     page.screenshot(path=str(ARTIFACTS / "panel-live-request.png"))
     # the same request is answerable from the cell; denying it there removes it from the panel
     page.locator(".jp-OutputArea-output").get_by_role("button", name="Deny").first.click()
@@ -64,24 +70,8 @@ def test_the_first_request_appears_in_the_panel_without_refresh(lab_page: tuple[
 
 def test_the_kill_switch_stops_the_run_and_denies_its_request(lab_page: tuple[Any, Any]) -> None:
     lab, page = lab_page
-    _notebook(lab.root / "kill.ipynb")
-    page.goto(f"{lab.url}lab/tree/kill.ipynb?token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
-    panel = page.locator("#relay-jupyter-panel")
-    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        if page.locator(".jp-Dialog .jp-mod-accept").count():
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        if idle.count():
-            break
-        page.wait_for_timeout(250)
-    page.locator(".jp-Cell").first.click()
-    for _ in range(3):
-        page.keyboard.press("Shift+Enter")
+    panel = _open_panel_and_run(lab, page, "kill.ipynb")
     card = panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push")
-    card.first.wait_for(timeout=90_000)
 
     panel.get_by_role("button", name="Stop all runs").click()
     panel.get_by_text("Stopped 1 run(s), denied 1 request(s).").wait_for(timeout=30_000)
