@@ -12,7 +12,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections import deque
@@ -21,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..core.errors import Code, ConfigRefusal, RoutingRefusal
+from ..protocol.local import UnixHTTPConnection
 from ..server.daemon import AUTH_LOG, DAEMON_LOG, LOG_DIR, read_states
 from ..server.daemon_auth import read_token, token_path
 from ..storage.paths import data_dir
@@ -45,26 +45,12 @@ def register(subparsers: Any) -> None:
     g.set_defaults(func=_cmd_logs)
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    """``http.client`` over a Unix socket (the standard library has no such class)."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
-
-
 def _get(state: dict[str, Any], endpoint: str, timeout: float = 3.0) -> tuple[int, bytes]:
     parts = urlsplit(state["listen"])
     headers = {"X-Relay-Client": "cli"}
     conn: http.client.HTTPConnection
     if parts.scheme == "unix":
-        conn = _UnixHTTPConnection(parts.path, timeout)
+        conn = UnixHTTPConnection(parts.path, timeout)
     else:
         conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
         token = read_token(token_path(Path(state["data_dir"])))

@@ -17,7 +17,6 @@ import errno
 import http.client
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from relay_jupyter.protocol.local import UnixHTTPConnection
 from daemon_harness import Daemon, start_daemon, wait_for
 
 from relay_jupyter.core.grants import GrantBook
@@ -60,16 +60,9 @@ def tmpfs(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-class _UnixHTTP(http.client.HTTPConnection):
+class _UnixHTTP(UnixHTTPConnection):
     def __init__(self, path: str, timeout: float = 60) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
+        super().__init__(path, timeout)
 
 
 def _http(daemon: Daemon, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
