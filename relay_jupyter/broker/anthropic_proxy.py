@@ -258,13 +258,15 @@ class AnthropicProxy:
             raise _invalid("model: a model id (string) is required")
         return message
 
-    def _check_model(self, origin: str, model: str) -> None:
-        """The broker-wide allowlist (``c.RelayApp.allowed_models``) and the backend's model patterns."""
+    def _served(self, model: str) -> bool:
+        """The broker-wide allowlist (``c.RelayApp.allowed_models``), else the backend's model patterns."""
         from ..backends.anthropic import DEFAULT_MODELS
         from ..backends.base import model_allowed
 
-        allowed = tuple(self.broker.config.allowed_models) or DEFAULT_MODELS
-        if not model_allowed(model, allowed):
+        return model_allowed(model, tuple(self.broker.config.allowed_models) or DEFAULT_MODELS)
+
+    def _check_model(self, origin: str, model: str) -> None:
+        if not self._served(model):
             raise ProxyError(403, "permission_error", f"the model {model!r} is not served by this broker",
                              code=Code.SCOPE_EXCEEDED.value, retry=False)
 
@@ -351,13 +353,9 @@ class AnthropicProxy:
         if resp.status_code == 200:
             try:
                 listing = json.loads(body)
-                from ..backends.anthropic import DEFAULT_MODELS
-                from ..backends.base import model_allowed
-
-                served = tuple(self.broker.config.allowed_models) or DEFAULT_MODELS
                 listing["data"] = [m for m in listing.get("data", []) if isinstance(m, dict)
                                    and isinstance(m.get("id"), str) and grant.allows_model(m["id"])
-                                   and model_allowed(m["id"], served)]
+                                   and self._served(m["id"])]
                 body = json.dumps(listing).encode()
             except (ValueError, AttributeError, TypeError):
                 raise ProxyError(502, "api_error", "the model server sent a malformed model list",
