@@ -18,14 +18,14 @@ workspaces — never meet.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend
 from ..backends.keys import KeySource
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, ConfigRefusal, Refusal, RoutingRefusal
-from ..core.types import PermissionMode, ToolSpec
+from ..core.types import PermissionMode
 from ..protocol.models_runs import (
     ConversationsDeleteParams,
     ConversationsDeleteResult,
@@ -41,16 +41,10 @@ from ..protocol.models_runs import (
 from ..protocol.names import Method
 from ..runtime.conversations import MemoryConversations, fork_history, next_turn
 from ..runtime.manager import RunContext, RunManager, RunParams, RuntimeConfig
-from ..runtime.tools import (
-    KernelToolsProvider,
-    McpToolsProvider,
-    Preflight,
-    ToolContext,
-    ToolResult,
-    WorkspaceToolsProvider,
-)
+from ..runtime.tools import ToolContext
 from .conversation_keys import conversation_key, conversation_name
 from .registry import method
+from .tool_sources import BrokerTools
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -61,58 +55,6 @@ __all__ = ["install_runtime", "backends_from_config", "BrokerTools", "conversati
 def _public(row: dict[str, Any]) -> dict[str, Any]:
     """A stored conversation row as its client knows it: the name of its (origin, name) key."""
     return {**row, "conv_id": conversation_name(row.get("conv_id", ""), row.get("origin"))}
-
-
-class BrokerTools:
-    """One tool provider over the broker's tool slots (workspace, kernel bridge, MCP), read at each
-    run start so a component wired after the runtime is still offered."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._owner: dict[str, Any] = {}
-
-    def _providers(self) -> list[Any]:
-        b = self._broker
-        out: list[Any] = []
-        if b.workspace_tools is not None:
-            out.append(WorkspaceToolsProvider(b.workspace_tools))
-        out.append(KernelToolsProvider(b.kernel_bridge))
-        if b.mcp is not None:
-            out.append(McpToolsProvider(b.mcp))
-        return out
-
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """Every tool of every wired source (first source wins a name)."""
-        specs: list[ToolSpec] = []
-        owner: dict[str, Any] = {}
-        for provider in self._providers():
-            for spec in provider.specs(ctx):
-                if spec.name not in owner:
-                    owner[spec.name] = provider
-                    specs.append(spec)
-        # adapters are stateless wrappers over the broker's slots: a newer mapping is always valid
-        self._owner.update(owner)
-        return specs
-
-    async def current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
-        """The tool as its source describes it now (the MCP registry re-lists its server): the
-        executor compares it with the spec the run was offered before every call."""
-        provider = self._owner.get(name)
-        if provider is None:
-            return None
-        current = getattr(provider, "current", None)
-        if current is not None:
-            return await current(ctx, name)
-        return next((s for s in provider.specs(ctx) if s.name == name), None)
-
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """Delegate to the tool's source."""
-        return await self._owner[name].preflight(ctx, name, args)
-
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
-        """Delegate to the tool's source."""
-        return await self._owner[name].call(ctx, name, args, approved_preview)
 
 
 def backends_from_config(config: Any, keys: KeySource | None = None) -> dict[str, Backend]:
