@@ -89,6 +89,8 @@ class Code(StrEnum):
     """A configuration file (e.g. mcp.json) or one of its entries is malformed."""
     TOOL_ERROR = "TOOL_ERROR"
     CANCELLED = "CANCELLED"
+    INTERRUPTED = "INTERRUPTED"
+    """A run ended ``run.interrupted``: the broker restarted while it ran (re-run the cell)."""
     UNAVAILABLE = "UNAVAILABLE"
     """A broker component (runtime, MCP, workspace) is not configured in this server."""
     STORAGE_FULL = "STORAGE_FULL"

@@ -27,7 +27,8 @@ import difflib
 from typing import Any
 
 from ..protocol.names import Method
-from .errors import AgentError, RpcError
+from ..core.errors import RelayError
+from .errors import AgentError, RpcError, as_agent_error
 
 __all__ = ["Relay"]
 
@@ -103,6 +104,11 @@ class Relay:
                 return future.result(timeout=_TIMEOUT + 5)
             except concurrent.futures.TimeoutError:
                 raise AgentError(f"the relay broker did not answer {method} in time") from None
+            except RelayError as exc:  # one family, one line (a core refusal included)
+                error = as_agent_error(exc)
+                if error is exc:
+                    raise
+                raise error from None
 
     async def _revoke(self, origin: str) -> None:
         client = await self._session.get_client()

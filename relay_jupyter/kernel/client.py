@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from ..core.errors import Code
 from .errors import AgentError, BrokerUnreachable, RpcError
 
 __all__ = ["MAX_RESPONSE_BYTES", "Endpoint", "RelayClient"]
@@ -235,7 +236,7 @@ class RelayClient:
 def _status_error(status: int, raw: bytes, method: str) -> AgentError:
     if status in (401, 403):
         return AgentError(f"the relay broker refused this kernel's credential (HTTP {status}); restart the "
-                          "kernel from the relay-enabled Jupyter server or fix RELAY_TOKEN", code="UNAUTHORIZED")
+                          "kernel from the relay-enabled Jupyter server or fix RELAY_TOKEN", code=Code.UNAUTHORIZED)
     if status == 413:
         return AgentError(f"the request for {method} was too large for the broker (HTTP 413)")
     return AgentError(f"the relay broker answered {method} with HTTP {status}; is RELAY_URL pointing at a relay "

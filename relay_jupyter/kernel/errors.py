@@ -3,25 +3,44 @@
 IPython calls ``_render_traceback_`` on an exception that has it and prints only the lines it
 returns, so an :class:`AgentError` shows as one line (no traceback) while the cell still ends
 with status ``error`` -- nbclient / nbval / "Run all" stop there, so there is no false green.
+
+One error tree (issue 14 item 6): :class:`AgentError` is a ``core.errors.RelayError``, and its
+``code`` is the broker's own :class:`~relay_jupyter.core.errors.Code` member whenever the failure
+has one (``BUDGET_EXCEEDED``, ``UNAUTHORIZED``, ``CANCELLED``, ...), so kernel code and user code
+match on the same codes the broker sends in ``error.data.code``. Only two kinds of code are not a
+``Code``: a JSON-RPC transport failure (``RPC<number>``, e.g. ``RPC-32601``) and a code a newer broker
+sent that this kernel does not know yet (kept as the string it was). :func:`as_agent_error` turns any
+other ``RelayError`` (a core ``Refusal`` raised in the kernel) into the same one-line form.
+``core.errors`` is plain Python (no pydantic), so importing it costs ``%load_ext`` nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import Code, RelayError
 from .rendering import visible
 
-__all__ = ["AgentError", "AgentUsageError", "BrokerUnreachable", "RpcError", "message_for"]
+__all__ = ["AgentError", "AgentUsageError", "BrokerUnreachable", "RpcError", "as_agent_error", "as_code",
+           "message_for"]
 
 
-class AgentError(Exception):
+def as_code(code: Code | str | None) -> Code | str | None:
+    """The broker's :class:`Code` for ``code`` when it is one; otherwise the string as given (or None)."""
+    if code is None or isinstance(code, Code):
+        return code
+    try:
+        return Code(str(code))
+    except ValueError:
+        return str(code)
+
+
+class AgentError(RelayError):
     """A failure the user can act on. Renders as one line: ``relay: <message>``."""
 
-    def __init__(self, message: str, *, code: str | None = None, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.data = dict(data or {})
+    def __init__(self, message: str, *, code: Code | str | None = None, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message, data=data)
+        self.code: Code | str | None = as_code(code)
 
     def _render_traceback_(self) -> list[str]:
         # one line, red like an IPython error name, no stack: the stack would only hide the message
@@ -78,6 +97,14 @@ _HINTS: dict[str, str] = {
                        "turn_idle_timeout if long answers are expected",
     "BACKEND_ERROR": "run the cell again; if it keeps failing, check the model server's logs or status page",
 }
+
+
+def as_agent_error(exc: RelayError) -> AgentError:
+    """Any error of the tree as the kernel's one-line error (a core ``Refusal`` keeps its code and hint)."""
+    if isinstance(exc, AgentError):
+        return exc
+    code = getattr(exc, "code", None)
+    return AgentError(message_for(str(code) if code else None, exc.message), code=code, data=exc.data)
 
 
 def message_for(code: str | None, message: str) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.names import TERMINAL_EVENTS, EventType, Method
 from .client import RelayClient
 from .consent import Answer, ask
+from ..core.errors import Code
 from .errors import AgentError, RpcError, message_for
 from .render import StreamView
 from .rendering import chrome_html, esc, visible
@@ -113,11 +114,11 @@ class RunFollower:
             self._raise_timeouts()  # the timeout is why the run failed: say that, not what followed
         if kind == EventType.BUDGET_EXHAUSTED:
             raise AgentError(message_for("BUDGET_EXCEEDED", str(data.get("message") or "budget exhausted")),
-                             code="BUDGET_EXCEEDED")
+                             code=Code.BUDGET_EXCEEDED)
         if kind == EventType.CANCELLED:
-            raise AgentError("the run was cancelled", code="CANCELLED")
+            raise AgentError("the run was cancelled", code=Code.CANCELLED)
         if kind == EventType.INTERRUPTED:
-            raise AgentError("the run was interrupted (the broker restarted); re-run the cell", code="INTERRUPTED")
+            raise AgentError("the run was interrupted (the broker restarted); re-run the cell", code=Code.INTERRUPTED)
         if kind == "_lost":
             raise AgentError(str(data.get("message") or "lost the broker's event stream"))
         code = data.get("code") if isinstance(data.get("code"), str) else None
@@ -189,7 +190,7 @@ class RunFollower:
             names = ", ".join(visible(n, newlines=False) for n in dict.fromkeys(self.timeouts.values()))
             raise AgentError(message_for("PERMISSION_TIMEOUT",
                                          f"the permission request for {names} timed out and was denied"),
-                             code="PERMISSION_TIMEOUT")
+                             code=Code.PERMISSION_TIMEOUT)
 
     async def _permission(self, data: dict[str, Any]) -> None:
         self.view.pause()

@@ -28,10 +28,8 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from ..protocol.names import Method
 from .client import RelayClient
 from .discovery import discover
-from .errors import RpcError
 
 if TYPE_CHECKING:
     from .session import Session
@@ -84,16 +82,7 @@ async def _grant(session: Session) -> None:
     client = session.client
     if client is None or session.connected_origin:
         return
-    epoch = session.grant_epoch
-    try:
-        found = await client.call(Method.GRANTS_GET, {}, timeout=PREWARM_TIMEOUT)
-    except RpcError as exc:
-        if exc.rpc_code == -32601:  # an older broker without grants.get: the cell lets run.start decide
-            return
-        raise
-    grant = found.get("grant") if isinstance(found, dict) and "grant" in found else found
-    if grant and session.grant_epoch == epoch:
-        session.connected_origin = True
+    await session.refresh_grant(client, timeout=PREWARM_TIMEOUT)  # the cell's own grants.get handling
 
 
 async def _stream(session: Session) -> None:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from ..core.errors import Code, RelayError
+from ..protocol import kernel_wire as wire
 from ..protocol.names import Method
 from .client import RelayClient
 from .consent import ConsentPolicy, detect_surface
 from .conversations import ConversationBook
 from .discovery import discover, is_anonymous_client_name, notebook_client_name
-from .errors import AgentError, RpcError
+from .errors import AgentError, RpcError, as_agent_error
 from .follower import RunFollower, Ticker
 from .prewarm import wait_prewarm
 from .render import StreamView, TextSink
@@ -197,21 +199,36 @@ class Session:
         return self.client
 
     # ------------------------------------------------------------------ connect card
+    async def refresh_grant(self, client: RelayClient, *, timeout: float | None = None) -> bool:
+        """Ask the broker whether this notebook has a grant (``grants.get``); remember a yes. The one
+        ``grants.get`` of the kernel: the first cell and the ``%load_ext`` pre-warm both use it.
+
+        A yes only counts if nobody changed the grant state while the call was out (``relay.connect``,
+        a revoke bump :attr:`grant_epoch`): a stale answer must not undo a revoke. A broker without
+        ``grants.get`` (an older one) counts as connected: ``run.start`` then decides. Returns whether
+        the notebook is now taken as connected.
+
+        Raises:
+            RpcError: any other refusal; BrokerUnreachable: no broker.
+        """
+        epoch = self.grant_epoch
+        try:
+            found = cast(wire.GrantsGetResult, await client.call(Method.GRANTS_GET, {}, timeout=timeout))
+        except RpcError as exc:
+            if exc.rpc_code != -32601:
+                raise
+            found = {"grant": cast(wire.GrantDict, {"origin": "?"})}  # no grants.get: let run.start decide
+        grant = found.get("grant") if isinstance(found, dict) else None
+        if grant and self.grant_epoch == epoch:
+            self.connected_origin = True
+        return self.connected_origin
+
     async def ensure_grant(self, surface: str, opts: RunOptions) -> None:
         """First use in a notebook: no grant yet -> the connect card (or a prompt / a clear error)."""
         if self.connected_origin:
             return
         client = await self.get_client()
-        try:
-            found = await client.call(Method.GRANTS_GET, {})
-        except RpcError as exc:
-            if exc.rpc_code == -32601:  # a broker without grants.get: let run.start decide
-                self.connected_origin = True
-                return
-            raise
-        grant = found.get("grant") if isinstance(found, dict) and "grant" in found else found
-        if grant:
-            self.connected_origin = True
+        if await self.refresh_grant(client):
             return
         name = client.endpoint.client_name
         if is_anonymous_client_name(name) and not self._anonymous_noted:
@@ -220,17 +237,18 @@ class Session:
                   "set RELAY_NOTEBOOK=<path> for the kernel to keep grants and budgets per notebook")
         if surface == "headless":
             raise AgentError("this notebook has no relay grant and nobody can click Connect here (headless); run "
-                             "%%agent once interactively or use `jupyter relay grants add`", code="UNAUTHORIZED")
-        listed = await client.call(Method.TOOLS_LIST, {})
+                             "%%agent once interactively or use `jupyter relay grants add`", code=Code.UNAUTHORIZED)
+        listed = cast(wire.ToolsListResult, await client.call(Method.TOOLS_LIST, {}))
         tools = list((listed or {}).get("tools", [])) if isinstance(listed, dict) else []
         model = opts.model or self.default_model or "*"
-        budget = {"tokens_per_day": 200_000, "cost_per_day_usd": 5.0, "requests_per_minute": 30.0}
+        budget: wire.BudgetDict = {"tokens_per_day": 200_000, "cost_per_day_usd": 5.0, "requests_per_minute": 30.0}
         if surface == "input":
             names = [str(t.get("name")) for t in tools]
             shown = visible(", ".join(names), newlines=False) or "none"
             print(f"relay: connect this notebook? model {visible(model, newlines=False)}; tools {shown}; budget {budget}")
             reply = input("Connect? [y/N]: ").strip().lower()
-            request = {"tools": names, "models": [model], "budget": budget} if reply.startswith("y") else None
+            request: wire.GrantsCreateParams | None = (
+                {"tools": names, "models": [model], "budget": budget} if reply.startswith("y") else None)
         else:
             from .widgets.connect_card import ConnectCard
 
@@ -239,7 +257,7 @@ class Session:
             request = await card.wait(self.policy.timeout)
         if request is None:
             raise AgentError("not connected: the agent needs a grant for this notebook (Connect was not clicked)",
-                             code="UNAUTHORIZED")
+                             code=Code.UNAUTHORIZED)
         await client.call(Method.GRANTS_CREATE, request)
         self.connected_origin = True
 
@@ -255,8 +273,8 @@ class Session:
                 raise outcome
 
     # ------------------------------------------------------------------ one cell
-    def _attachments(self, names: list[str]) -> list[dict[str, Any]]:
-        out = []
+    def _attachments(self, names: list[str]) -> list[wire.RunAttachment]:
+        out: list[wire.RunAttachment] = []
         for name in names:
             if name not in self.shell.user_ns:
                 raise AgentError(f"--var {name}: no such variable in this kernel")
@@ -272,12 +290,15 @@ class Session:
         """
         try:
             return await self._run(opts)
-        except AgentError as exc:
-            if exc.code == "UNAUTHORIZED":
+        except RelayError as exc:
+            error = as_agent_error(exc)  # one family: a core refusal met here prints as one line too
+            if error.code == Code.UNAUTHORIZED:
                 # the grant this kernel remembered is gone (revoked from the side panel, the notebook was
                 # renamed, it expired): forget it, so the next cell asks again with the connect card
                 self.connected_origin = False
-            raise
+            if error is exc:
+                raise
+            raise error from None
 
     async def _run(self, opts: RunOptions) -> str:
         surface = detect_surface(self.shell, self.policy.surface)
@@ -290,11 +311,13 @@ class Session:
         fork_at = self.book.fork_point(chat, opts.cell_id)
         if fork_at is not None:
             await client.call(Method.CONVERSATIONS_FORK, {"conversation": chat.conversation, "at_turn": fork_at})
-        params: dict[str, Any] = {"conversation": chat.conversation, "prompt": opts.prompt,
-                                  "attachments": attachments, "model": opts.model or self.default_model,
-                                  "backend": opts.backend or self.default_backend, "mode": opts.mode,
-                                  "max_tokens": opts.max_tokens, "tools": opts.tools}
-        started = await client.call(Method.RUN_START, {k: v for k, v in params.items() if v is not None})
+        params: wire.RunStartParams = {"conversation": chat.conversation, "prompt": opts.prompt,
+                                       "attachments": attachments, "model": opts.model or self.default_model,
+                                       "backend": opts.backend or self.default_backend,
+                                       "mode": cast(Any, opts.mode), "max_tokens": opts.max_tokens,
+                                       "tools": opts.tools}
+        started = cast(wire.RunStartResult, await client.call(
+            Method.RUN_START, {k: v for k, v in params.items() if v is not None}))
         run_id = str((started or {}).get("run_id"))
         self.book.record(chat, fork_at, opts.cell_id)
         queue = self.pump.register(run_id)
@@ -308,7 +331,7 @@ class Session:
                 await asyncio.shield(client.call(Method.RUN_CANCEL, {"run_id": run_id}, timeout=3.0))
             view.finish("⏹ *interrupted*")
             # the cell's own coroutine: end it with one line rather than a CancelledError traceback
-            raise AgentError(f"interrupted: run {run_id} was cancelled", code="CANCELLED") from None
+            raise AgentError(f"interrupted: run {run_id} was cancelled", code=Code.CANCELLED) from None
         finally:
             ticker.stop()
             self.pump.unregister(run_id)
