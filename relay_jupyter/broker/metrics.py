@@ -6,18 +6,25 @@ Counters never carry a caller-chosen string as a label value: an unknown RPC met
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.ports import AuditSink
 from ..core.types import AuditRecord
 
-__all__ = ["CONTENT_TYPE", "BrokerMetrics", "CountingAudit"]
+__all__ = ["CONTENT_TYPE", "LAG_BUCKETS", "LAG_INTERVAL", "BrokerMetrics", "CountingAudit"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Seconds between two wake-ups of the event-loop lag probe.
+LAG_INTERVAL = 0.05
+#: Histogram buckets of ``relay_event_loop_lag_seconds`` (the issue 18 target is p99 <= 20 ms).
+LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 class _LiveGauges(Collector):
@@ -54,7 +61,30 @@ class BrokerMetrics:
                                        ["reason"], registry=self.registry)
         self.events_sent = Counter("relay_sse_events_sent", "Events written to SSE subscribers.",
                                    registry=self.registry)
+        self.loop_lag = Histogram(
+            "relay_event_loop_lag_seconds",
+            f"How late the broker's event loop ran a {LAG_INTERVAL}s timer: the time one callback or "
+            "RPC held the loop (every stream and request waits that long).",
+            buckets=LAG_BUCKETS, registry=self.registry)
         self._live: _LiveGauges | None = None
+        self._lag_task: asyncio.Task[None] | None = None
+
+    def start_loop_probe(self, interval: float = LAG_INTERVAL) -> None:
+        """Start measuring the running event loop's lag (once; :meth:`stop_loop_probe` ends it)."""
+        if self._lag_task is None or self._lag_task.done():
+            self._lag_task = asyncio.get_running_loop().create_task(self._probe(interval))
+
+    def stop_loop_probe(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            self._lag_task = None
+
+    async def _probe(self, interval: float) -> None:
+        clock = time.monotonic
+        while True:
+            due = clock() + interval
+            await asyncio.sleep(interval)
+            self.loop_lag.observe(max(clock() - due, 0.0))
 
     def live(self, read: Callable[[], dict[str, float]]) -> None:
         """Install the scrape-time gauges (once)."""
