@@ -57,31 +57,12 @@ T = TypeVar("T")
 MODEL_TOOL_PREFIX = "model:"
 
 _perf = time.perf_counter
-_AUDIT_FIELDS = frozenset(AuditRecord.model_fields)
-# who allowed a read / contained-run call; built once (an enum's .value is a Python-level property)
-_BY_CLASS = {cls: f"class:{cls.value}" for cls in ToolClass}
-_set = object.__setattr__
 
 
 def consent_backstop(timeout: float) -> float:
     """Seconds the gate waits past a consent deadline before it gives up on the port itself:
     long enough for the port's own timer (started a moment later) to fire first."""
     return min(5.0, max(0.5, timeout * 0.1))
-
-
-def _audit_record(fields: dict[str, Any]) -> AuditRecord:
-    """An AuditRecord from values the gate built itself (all already of the right types).
-
-    What ``AuditRecord.model_construct`` does, without its per-field alias and default handling,
-    which costs several times a whole gate decision; ``tests/core/test_gate.py`` checks that the
-    result equals a validated record. Every field is given, so no default is needed.
-    """
-    rec = AuditRecord.__new__(AuditRecord)
-    _set(rec, "__dict__", fields)
-    _set(rec, "__pydantic_fields_set__", set(_AUDIT_FIELDS))  # a set: model_copy() updates it
-    _set(rec, "__pydantic_extra__", None)
-    _set(rec, "__pydantic_private__", None)
-    return rec
 
 
 class Gate:
@@ -111,11 +92,11 @@ class Gate:
     def _record(self, *, origin: str, tool: str, tool_class: ToolClass | None, decision: str,
                 code: str | None, t0: float, run_id: str | None = None, call_id: str | None = None,
                 answered_by: str | None = None, arguments: dict[str, Any] | None = None) -> AuditRecord:
-        rec = _audit_record({
-            "seq": 0, "ts": self._clock(), "origin": origin, "tool": tool, "tool_class": tool_class,
-            "decision": decision, "code": code, "duration_ms": (_perf() - t0) * 1000.0, "run_id": run_id,
-            "call_id": call_id, "answered_by": answered_by, "arguments": arguments if arguments is not None else {},
-        })
+        # The public constructor (validated): a gate decision is microseconds in a request that takes
+        # seconds, so no hand-built pydantic objects here (issues 14.7 and 18.6).
+        rec = AuditRecord(ts=self._clock(), origin=origin, tool=tool, tool_class=tool_class, decision=decision,
+                          code=code, duration_ms=(_perf() - t0) * 1000.0, run_id=run_id, call_id=call_id,
+                          answered_by=answered_by, arguments=arguments if arguments is not None else {})
         return self.audit.append(rec)
 
     def _refuse(self, req: ToolRequest, cls: ToolClass | None, refusal: Refusal, t0: float,
@@ -166,15 +147,10 @@ class Gate:
             else:
                 answered_by = await self._ask(req, cls, consent, t0, args)
         else:
-            answered_by = _BY_CLASS[cls]
+            answered_by = f"class:{cls.value}"
 
-        # the allow record, built here rather than through _record (its keyword call was a tenth of
-        # a decision); the same fields
-        self.audit.append(_audit_record({
-            "seq": 0, "ts": self._clock(), "origin": req.origin, "tool": name, "tool_class": cls,
-            "decision": "allow", "code": None, "duration_ms": (_perf() - t0) * 1000.0, "run_id": req.run_id,
-            "call_id": req.call_id, "answered_by": answered_by, "arguments": args,
-        }))
+        self._record(origin=req.origin, tool=name, tool_class=cls, decision="allow", code=None, t0=t0,
+                     run_id=req.run_id, call_id=req.call_id, answered_by=answered_by, arguments=args)
         try:
             return await execute()
         except asyncio.CancelledError:

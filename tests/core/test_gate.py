@@ -295,7 +295,7 @@ async def test_audit_record_fields(rig):
 
 @pytest.mark.asyncio
 async def test_fast_audit_records_equal_validated_ones(rig):
-    """The gate builds records without validation (hot path): they must be what validation gives."""
+    """The gate's records round-trip through JSON unchanged (fields and the fields set)."""
     give(rig)
     await rig.gate.call_tool(req(), Executor(), StaticConsent("deny"))
     with pytest.raises(GateRefusal):
