@@ -20,7 +20,6 @@ user-role content: it never reaches the system prompt.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -99,7 +98,10 @@ def prepare(history: Sequence[dict[str, Any]], *, result_budget: int = 60_000, h
     ``result_budget`` is how many characters of tool results, counted from the newest, are sent
     whole; older results are trimmed to ``head`` + ``tail`` characters.
     """
-    msgs = [{"role": m.get("role"), "content": copy.deepcopy(_blocks(m))} for m in history
+    # A copy of each block, not of the whole history (a deep copy cost O(history) per model step,
+    # issue 18): this function only replaces top-level keys of a block (``id``, ``tool_use_id``,
+    # ``content``), never mutates what they hold, and the backends build new request objects.
+    msgs = [{"role": m.get("role"), "content": [dict(b) for b in _blocks(m)]} for m in history
             if m.get("role") in ("user", "assistant")]
     _rename_repeated_ids(msgs)
     # index every result by the call it answers (the first one wins)

@@ -92,3 +92,21 @@ def test_turns_and_fork():
     assert next_turn(history) == 2 and next_turn([]) == 0
     assert fork_history(history, 1) == history[:2]
     assert fork_history(history, 0) == []
+
+
+def test_renamed_ids_and_trimmed_results_leave_the_stored_history_equal_to_a_deep_copy():
+    """prepare() copies blocks, not the whole history: what it renames or trims is only in its output."""
+    import copy
+
+    big = "x" * 50_000
+    history = [{"role": "user", "content": "q"},
+               {"role": "assistant", "content": [call("a"), {"type": "text", "text": "hi"}]},
+               {"role": "user", "content": [result("a", big), {"type": "text", "text": "more"}]},
+               {"role": "assistant", "content": [call("a")]},  # a repeated id: renamed in the request
+               {"role": "user", "content": [result("a", big)]}]
+    before = copy.deepcopy(history)
+    out = prepare(history, result_budget=60_000, head=10, tail=10)
+    assert [b["id"] for m in out if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use"] \
+        == ["a", "a_r1"]
+    assert len(out[2]["content"][0]["content"]) < 100  # the older result was trimmed in the request
+    assert history == before
