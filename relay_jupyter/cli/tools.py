@@ -22,6 +22,7 @@ from ..mcp.config import McpConfig, load_config
 from ..mcp.discovery import split_name
 from ..mcp.pins import PINNABLE_CLASSES
 from ..mcp.registry import McpRegistry
+from ..mcp.versions import version_note
 from ..storage.sqlite import Store
 
 __all__ = ["register"]
@@ -125,6 +126,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         pins_now = [{**p, "tool_class": str(p["tool_class"])} for p in store.list_pins()]
     finally:
         store.close()
+    for s in servers:
+        s["protocol_note"] = version_note(s.get("protocol_version"))
     if args.json:
         print(json.dumps({"config": config.path, "problems": config.problems.get(""),
                           "servers": servers, "tools": tools, "pins": pins_now}, indent=2, default=str))
@@ -136,6 +139,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
         detail = s["error"] or (f"{s['tools']} tools, protocol {s['protocol_version']}" if s["state"] == "connected"
                                 else "")
         print(f"  {s['name']:<20} {s['state']:<10} {s['source']}" + (f"\n    {detail}" if detail else ""))
+        if s["state"] == "connected" and version_note(s.get("protocol_version")):
+            print(f"    note: {version_note(s['protocol_version'])}")
         for problem in s.get("problems") or []:
             print(f"    skipped: {problem}")
     if tools:

@@ -9,15 +9,24 @@ output cap with a truncation marker. A server that hangs, dies or floods gives o
 :class:`McpToolError` (code ``TOOL_ERROR``); the call is never retried, and the server is
 stopped (process group killed) so no process leaks. The next call starts it again.
 
-Protocol versions: ``2025-11-25`` (initialize handshake) and ``2026-07-28`` (discover); the
-SDK negotiates, and anything else is refused with a message naming the version.
+Protocol versions (:mod:`.versions`): ``2025-03-26``, ``2025-06-18``, ``2025-11-25`` (initialize
+handshake) and ``2026-07-28`` (discover); the SDK negotiates, anything else is refused with a message
+naming the version, and each connection uses only the features its version has.
+
+Elicitation (:mod:`.elicitation`): a server's ``elicitation/create`` during a call is checked (form
+mode, bounded schema, no credential fields) and handed to :attr:`McpConnection.elicitation_handler`
+with the call's :data:`~.elicitation.CALL_CONTEXT`; the wait for the person does not count against the
+call's timeout. No handler, no single call in flight, a version without elicitation: declined.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -29,14 +38,26 @@ from mcp_types import CONNECTION_CLOSED, Implementation
 from ..core.errors import Code, Refusal
 from .config import HttpServerConfig, ServerConfig, StdioServerConfig
 from .discovery import DEFAULT_MAX_OUTPUT_BYTES, MAX_LIST_PAGES, render_result
+from .elicitation import (
+    CALL_CONTEXT,
+    MAX_PER_CALL,
+    ElicitationAnswer,
+    ElicitationAsk,
+    ElicitationHandler,
+    Refused,
+    check_answer,
+    parse_form,
+)
 from .http import HttpTransport
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES, StdioTransport
+from .versions import MODERN_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS, has, refusal_message
 
 __all__ = ["SUPPORTED_PROTOCOL_VERSIONS", "McpConnection", "McpToolError"]
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_PROTOCOL_VERSIONS = ("2025-11-25", "2026-07-28")
+# mcp 2.3's ClientSession.initialize: RuntimeError(f"Unsupported protocol version from the server: {v}")
+_SDK_VERSION_REFUSAL = "Unsupported protocol version from the server:"
 _CLIENT_INFO = Implementation(name="relay-jupyter", version="0.1.0")
 # stderr lines that look like they carry a credential are masked before a user sees them.
 _SECRETISH = re.compile(
@@ -75,12 +96,29 @@ def _consume(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
+def _sdk_refused_version(exc: BaseException) -> str | None:
+    """The version the SDK refused in the handshake, if ``exc`` is that refusal."""
+    if isinstance(exc, RuntimeError) and str(exc).startswith(_SDK_VERSION_REFUSAL):
+        return str(exc)[len(_SDK_VERSION_REFUSAL):].strip()[:40]
+    return None
+
+
 def _stderr_hint(transport: Any) -> str:
     if not isinstance(transport, StdioTransport):
         return ""
     lines = [line.strip()[:200] for line in transport.stderr_tail().splitlines() if line.strip()][-4:]
     lines = ["<line masked: looks like a secret>" if _SECRETISH.search(line) else line for line in lines]
     return (" Its stderr ended with: " + " | ".join(lines)) if lines else ""
+
+
+@dataclass
+class _InFlight:
+    """One ``tools/call`` waiting for its answer (elicitations are attributed to it)."""
+
+    tool: str
+    context: Any
+    timer: asyncio.Timeout | None = None
+    elicited: int = 0
 
 
 class McpConnection:
@@ -106,6 +144,12 @@ class McpConnection:
         self.protocol_version: str | None = None
         self.tools_changed = False
         """Set when the server sends ``notifications/tools/list_changed``; the registry re-lists."""
+        self.elicitation_handler: ElicitationHandler | None = None
+        """Who asks the user when the server sends ``elicitation/create`` (the broker's router); None declines."""
+        self.elicitation_log: list[dict[str, Any]] = []
+        """The last elicitations relay declined without asking (kind, reason), newest last, at most 20."""
+        self._inflight: dict[int, _InFlight] = {}
+        self._ids = itertools.count(1)
         self._transport: StdioTransport | HttpTransport | None = None
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
@@ -162,9 +206,18 @@ class McpConnection:
             inner = _unwrap(exc)
             if isinstance(inner, McpToolError):
                 raise inner from None
-            raise McpToolError(self.name, "connect", self._connect_message(inner)) from None
+            reason = "version" if _sdk_refused_version(inner) is not None else "connect"
+            raise McpToolError(self.name, reason, self._connect_message(inner)) from None
 
     def _connect_message(self, inner: BaseException) -> str:
+        version = _sdk_refused_version(inner)
+        if version is not None:
+            # the SDK refused the handshake answer (a version it has never heard of, or a modern
+            # version offered through initialize): say so, not "exited" or "unreachable"
+            if version in SUPPORTED_PROTOCOL_VERSIONS:
+                return (f"MCP server {self.name!r} answered the initialize handshake with protocol {version}, "
+                        "which that handshake cannot negotiate; refused")
+            return refusal_message(self.name, version)
         if isinstance(inner, FileNotFoundError) and isinstance(self.config, StdioServerConfig):
             return f"MCP server {self.name!r}: command not found: {self.config.command}"
         if isinstance(inner, PermissionError) and isinstance(self.config, StdioServerConfig):
@@ -190,22 +243,19 @@ class McpConnection:
                 mode="auto",
                 client_info=_CLIENT_INFO,
                 message_handler=self._on_message,
+                elicitation_callback=self._on_elicit,
                 cache=None,
             ) as client:
                 version = client.protocol_version
                 if version not in SUPPORTED_PROTOCOL_VERSIONS:
-                    raise McpToolError(
-                        self.name, "version",
-                        f"MCP server {self.name!r} speaks protocol {version}; relay supports "
-                        + " and ".join(SUPPORTED_PROTOCOL_VERSIONS),
-                    )
+                    raise McpToolError(self.name, "version", refusal_message(self.name, version))
                 self.protocol_version = version
                 self._client = client
                 if not ready.done():
                     ready.set_result(None)
                 # 2026-07-28 delivers tools/list_changed only to a subscriptions/listen stream
                 listener = (asyncio.create_task(self._listen(client), name=f"mcp-listen:{self.name}")
-                            if version != "2025-11-25" else None)
+                            if version in MODERN_VERSIONS else None)
                 try:
                     await closing.wait()
                 finally:
@@ -300,8 +350,12 @@ class McpConnection:
         """
         client = self._require()
         limit = timeout or self.call_timeout
+        key = next(self._ids)
+        inflight = _InFlight(tool=f"{self.name}__{remote_name}", context=CALL_CONTEXT.get())
+        self._inflight[key] = inflight
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit) as timer:
+                inflight.timer = timer
                 result = await client.call_tool(remote_name, arguments)
         except TimeoutError:
             flooded = self._flooded()
@@ -320,10 +374,83 @@ class McpConnection:
             raise McpToolError(
                 self.name, "protocol", f"MCP server {self.name!r} sent a malformed result ({type(exc).__name__})"
             ) from None
+        finally:
+            self._inflight.pop(key, None)
         if self._flooded():
             await self.close(force=True)
             raise self._flood_error()
+        if not has(self.protocol_version, "structured_content") and result.structured_content is not None:
+            # a 2025-03-26 server has no structured results: what its version cannot say is not passed on
+            result = result.model_copy(update={"structured_content": None})
         return render_result(result, self.max_output_bytes)
+
+    # -- elicitation -----------------------------------------------------------------------
+
+    def _declined(self, kind: str, reason: str) -> types.ElicitResult:
+        self.elicitation_log = [*self.elicitation_log[-19:], {"kind": kind, "reason": reason, "at": time.time()}]
+        logger.info("MCP server %r: elicitation declined without asking (%s)", self.name, kind)
+        return types.ElicitResult(action="decline")
+
+    async def _on_elicit(self, context: Any, params: Any) -> types.ElicitResult | types.ErrorData:
+        """``elicitation/create`` from the server: check it, attribute it to the one call in flight,
+        ask through :attr:`elicitation_handler`, check the answer. Every path ends in an answer."""
+        if not has(self.protocol_version, "elicitation_form"):
+            return types.ErrorData(code=types.METHOD_NOT_FOUND,
+                                   message=f"elicitation is not part of protocol {self.protocol_version}")
+        if isinstance(params, types.ElicitRequestURLParams) or getattr(params, "mode", "form") != "form":
+            return types.ErrorData(code=types.INVALID_PARAMS,
+                                   message="relay supports form elicitation only; it opens no URL a server sends")
+        if self.elicitation_handler is None:
+            return self._declined("context", "nobody to ask (no broker is attached)")
+        # The call this request belongs to: the task's own (2026-07-28 input requests run in the
+        # calling task), else the connection's only call in flight. With two calls in flight over one
+        # connection the request cannot be attributed to a notebook: it is declined, never guessed.
+        own = CALL_CONTEXT.get()
+        calls = [c for c in self._inflight.values() if own is None or c.context is own]
+        if len(calls) != 1 or calls[0].context is None:
+            return self._declined("context", "the request could not be tied to one tool call of a notebook")
+        call = calls[0]
+        if call.elicited >= MAX_PER_CALL:
+            return self._declined("limit", f"more than {MAX_PER_CALL} requests during one tool call")
+        call.elicited += 1
+        try:
+            message, fields = parse_form(params.message, params.requested_schema)
+        except Refused as exc:
+            # The handler is told (the notebook shows one line and the audit records it); whatever it
+            # answers, a refused request is declined.
+            refused = ElicitationAsk(server=self.name, message=str(params.message)[:200], fields=(),
+                                     context=call.context, tool=call.tool, protocol_version=self.protocol_version,
+                                     refused=exc.reason, refused_kind=exc.kind)
+            try:
+                await self.elicitation_handler(refused)
+            except Exception as err:  # noqa: BLE001 - the notice is best effort; the decline is not
+                logger.debug("MCP server %r: refusal notice failed (%s)", self.name, type(err).__name__)
+            return self._declined(exc.kind, exc.reason)
+        ask = ElicitationAsk(server=self.name, message=message, fields=fields, context=call.context,
+                             tool=call.tool, protocol_version=self.protocol_version)
+        # The person's time is not the server's: the call's deadline is paused while the card is open.
+        loop = asyncio.get_running_loop()
+        timer = call.timer
+        left = (timer.when() - loop.time()) if timer is not None and timer.when() is not None else None
+        if timer is not None:
+            timer.reschedule(None)
+        try:
+            answer = await self.elicitation_handler(ask)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken router declines; it never accepts
+            logger.warning("MCP server %r: elicitation handler failed (%s); declined", self.name, type(exc).__name__)
+            answer = ElicitationAnswer("decline", answered_by="relay", reason="internal error")
+        finally:
+            if timer is not None and left is not None:
+                timer.reschedule(loop.time() + max(left, 1.0))
+        if answer.action != "accept":
+            return types.ElicitResult(action="cancel" if answer.action == "cancel" else "decline")
+        try:
+            content = check_answer(fields, answer.content or {})
+        except ValueError:
+            return self._declined("schema", "the answer did not fit the form")  # the router checks first
+        return types.ElicitResult(action="accept", content=content)
 
     def _flooded(self) -> bool:
         return bool(self._transport is not None and self._transport.flooded)

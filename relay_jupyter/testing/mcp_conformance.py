@@ -1,0 +1,89 @@
+"""The client side of the MCP conformance suite, through relay's own connection code.
+
+    python -m relay_jupyter.testing.mcp_conformance <url>
+
+``@modelcontextprotocol/conformance client --command "<this>"`` starts a scenario server, runs this
+command with the server's URL and names the scenario in ``MCP_CONFORMANCE_SCENARIO``. The adapter
+does what a notebook user's broker does, with the broker's real code (:class:`McpConnection` over
+Streamable HTTP: the endpoint policy, the capped transport, the version check, elicitation): connect,
+list the tools, call the tools the scenario names. It is a test driver, not a product path:
+
+- an elicitation is answered the way a person submitting the card unchanged would (the form's
+  defaults, :func:`relay_jupyter.mcp.elicitation.defaults_of`), which is what
+  ``elicitation-sep1034-client-defaults`` checks;
+- OAuth scenarios (``auth/*``) use the same connection, so they show what a user of such a server sees.
+
+Exit 0 when every step worked, 1 otherwise (the suite judges by its own checks, not by the exit code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from ..mcp.config import HttpServerConfig
+from ..mcp.connection import McpConnection, McpToolError
+
+__all__ = ["main"]
+
+# Per scenario: the tools to call and their arguments (the scenario servers' own tools).
+_CALLS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "tools_call": [("add_numbers", {"a": 5, "b": 3})],
+    "elicitation-sep1034-client-defaults": [("test_client_elicitation_defaults", {})],
+    "sse-retry": [("test_reconnection", {})],
+}
+
+
+async def _answer_with_defaults(request: Any) -> dict[str, Any]:
+    """A person pressing Submit on an unchanged card: accept with the schema's defaults."""
+    from ..mcp.elicitation import defaults_of
+
+    return {"action": "accept", "content": defaults_of(request.schema)}
+
+
+async def run(url: str, scenario: str) -> int:
+    config = HttpServerConfig(name="conformance", url=url)
+    connection = McpConnection(config, call_timeout=20.0, connect_timeout=20.0)
+    if hasattr(connection, "elicitation_handler"):
+        connection.elicitation_handler = _answer_with_defaults
+    ok = True
+    try:
+        await connection.open()
+        tools = await connection.list_tools()
+        print(f"connected: protocol {connection.protocol_version}; tools: {[t.name for t in tools]}", flush=True)
+        listed = {t.name for t in tools}
+        for name, arguments in _CALLS.get(scenario, []):
+            if name not in listed and scenario != "sse-retry":
+                print(f"tool {name} not listed", flush=True)
+                ok = False
+                continue
+            result = await connection.call_tool(name, arguments)
+            print(f"{name}: {json.dumps(result)[:500]}", flush=True)
+            ok = ok and not result.get("is_error")
+        if not _CALLS.get(scenario):
+            # every other scenario (initialize, auth/*): one call of the first tool, as a run would
+            for tool in tools[:1]:
+                result = await connection.call_tool(tool.name, {})
+                print(f"{tool.name}: {json.dumps(result)[:500]}", flush=True)
+    except McpToolError as exc:
+        print(f"relay: {exc.message}", flush=True)
+        ok = False
+    finally:
+        await connection.close()
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m relay_jupyter.testing.mcp_conformance <url>", file=sys.stderr)
+        return 2
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    return asyncio.run(run(args[0], scenario))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
