@@ -16,11 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..core.errors import Code, ConfigRefusal
+from .registry import key_env_names
 
 __all__ = ["Secret", "KeySource", "ENV_NAMES"]
 
-#: Environment variable of the server process consulted last, per backend.
-ENV_NAMES: dict[str, str] = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+#: Environment variable of the server process consulted last, per backend (declared in ``registry.py``).
+ENV_NAMES: dict[str, str] = dict(key_env_names())
 
 _MAX_SECRETS_FILE = 64 * 1024
 

@@ -13,17 +13,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from ..backends.registry import secret_env_names
 from ..core.errors import Code, ConfigRefusal
+from ..protocol.run_choices import BackendName
 
 __all__ = ["DEFAULT_SECRET_ENV_VARS", "BrokerConfig", "check_private_file"]
 
-#: Environment variables never handed to a kernel: model keys and every Jupyter/JupyterHub token.
+#: Environment variables never handed to a kernel: model keys (each backend's, declared in
+#: ``backends/registry.py``) and every Jupyter/JupyterHub token.
 DEFAULT_SECRET_ENV_VARS: tuple[str, ...] = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "OPENAI_API_KEY",
-    "RELAY_OPENAI_API_KEY",
-    "RELAY_ANTHROPIC_API_KEY",
+    *secret_env_names(),
     "RELAY_TOKEN",
     "JUPYTER_TOKEN",
     "JUPYTER_PASSWORD",
@@ -108,7 +107,7 @@ class BrokerConfig(BaseModel):
     pricing: dict[str, dict[str, float]] = Field(default_factory=dict)
     """Per-model price overrides (USD per million tokens), merged over the defaults."""
     default_model: str = "claude-sonnet-4-5"
-    default_backend: Literal["anthropic", "openai"] = "anthropic"
+    default_backend: BackendName = "anthropic"
     allowed_models: tuple[str, ...] = ()
     """Models the broker allows at all ('' = every model a grant names)."""
     default_tools: tuple[str, ...] = ("list_variables", "describe_dataframe")

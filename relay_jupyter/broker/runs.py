@@ -1,5 +1,5 @@
-"""``run.start``, ``run.cancel`` and ``conversations.*``, and :func:`install_runtime`, which wires the
-agent runtime (:class:`~relay_jupyter.runtime.manager.RunManager`) into a :class:`Broker`.
+"""``run.start``, ``run.cancel`` and ``conversations.*``. The runtime is wired into a :class:`Broker` by
+:func:`~relay_jupyter.broker.runtime_setup.install_runtime` (re-exported here for older imports).
 
 Who may do what:
 
@@ -17,14 +17,11 @@ workspaces — never meet.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Backend
-from ..backends.keys import KeySource
+from ..backends.registry import spec as backend_spec
 from ..core.caller import Caller, CallerKind
-from ..core.errors import Code, ConfigRefusal, Refusal, RoutingRefusal
+from ..core.errors import Code, ConfigRefusal, RoutingRefusal
 from ..core.types import PermissionMode
 from ..protocol.models_runs import (
     ConversationsDeleteParams,
@@ -39,11 +36,11 @@ from ..protocol.models_runs import (
     RunStartResult,
 )
 from ..protocol.names import Method
-from ..runtime.conversations import MemoryConversations, fork_history, next_turn
-from ..runtime.manager import RunContext, RunManager, RunParams, RuntimeConfig
-from ..runtime.tools import ToolContext
+from ..runtime.conversations import fork_history, next_turn
+from ..runtime.manager import RunContext, RunManager, RunParams
 from .conversation_keys import conversation_key, conversation_name
 from .registry import method
+from .runtime_setup import backends_from_config, install_runtime
 from .tool_sources import BrokerTools
 
 if TYPE_CHECKING:
@@ -55,73 +52,6 @@ __all__ = ["install_runtime", "backends_from_config", "BrokerTools", "conversati
 def _public(row: dict[str, Any]) -> dict[str, Any]:
     """A stored conversation row as its client knows it: the name of its (origin, name) key."""
     return {**row, "conv_id": conversation_name(row.get("conv_id", ""), row.get("origin"))}
-
-
-def backends_from_config(config: Any, keys: KeySource | None = None) -> dict[str, Backend]:
-    """The backends the server's configuration makes available. Keys come from the config, the
-    0600 secrets file or the server's environment — never from a kernel."""
-    keys = keys or KeySource(
-        {"anthropic": config.anthropic_api_key.get_secret_value() if config.anthropic_api_key else "",
-         "openai": config.openai_api_key.get_secret_value() if config.openai_api_key else ""},
-        config.secrets_file)
-    from ..mcp.policy import check_model_endpoint, parse_insecure_endpoints
-
-    allowed = tuple(config.allowed_models) or None
-    out: dict[str, Backend] = {}
-    key = keys.get("anthropic")
-    # every model URL follows the endpoint policy (BrokerConfig checks the configured ones; the SDK
-    # would also read $ANTHROPIC_BASE_URL, so that one is checked here, and passed explicitly)
-    insecure = parse_insecure_endpoints(getattr(config, "allow_insecure_endpoints", ()))
-    if config.openai_base_url:
-        check_model_endpoint(config.openai_base_url, "c.RelayApp.openai_base_url", allow_insecure=insecure)
-    anthropic_url = config.anthropic_base_url
-    if anthropic_url:
-        check_model_endpoint(anthropic_url, "c.RelayApp.anthropic_base_url", allow_insecure=insecure)
-    elif key is not None and os.environ.get("ANTHROPIC_BASE_URL"):
-        anthropic_url = check_model_endpoint(os.environ["ANTHROPIC_BASE_URL"],
-                                             "$ANTHROPIC_BASE_URL (the server's environment)",
-                                             allow_insecure=insecure)
-    if key is not None:
-        from ..backends.anthropic import DEFAULT_MODELS, AnthropicBackend
-        out["anthropic"] = AnthropicBackend(key.reveal(), base_url=anthropic_url,
-                                            models=allowed or DEFAULT_MODELS)
-    if config.openai_base_url:
-        from ..backends.openai import OpenAIBackend
-        okey = keys.get("openai")
-        out["openai"] = OpenAIBackend(config.openai_base_url, okey.reveal() if okey else None,
-                                      models=allowed or ("*",))
-    return out
-
-
-def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = None,
-                    config: RuntimeConfig | None = None, *, recover: bool = True) -> RunManager:
-    """Build the run manager over the broker's gate, store, events and consent router; set
-    ``broker.runs`` and ``broker.client_tools``; repair runs a previous process left unfinished."""
-    store = broker.store
-    conversations = store if hasattr(store, "save_conversation") else MemoryConversations()
-    if backends is None:
-        backends = backends_from_config(broker.config)
-    runtime_config = config or RuntimeConfig(**{
-        "turn_timeout": broker.config.turn_timeout, "turn_idle_timeout": broker.config.turn_idle_timeout,
-        **{k: v for k, v in broker.config.extra.get("runtime", {}).items() if k in RuntimeConfig.__dataclass_fields__}})
-    manager = RunManager(broker.gate, store, conversations, broker.events, [BrokerTools(broker)], backends,
-                         runtime_config, consent=broker.permissions)
-    broker.runs = manager
-
-    async def client_tools(caller: Caller, origin: str, conversation: str, tool: str,
-                           arguments: Any) -> dict[str, Any]:
-        ctx = ToolContext(origin=origin, conversation=conversation_key(origin, conversation),
-                          originator=caller.client_id,
-                          caller_kind=caller.kind.value, user=caller.user)
-        result = await manager.execute_client_call(ctx, tool, arguments)
-        if result.code is not None:  # refused before it ran: a clear RPC error for a direct call
-            raise Refusal(result.code, result.content)
-        return {"content": result.content, "is_error": result.is_error}
-
-    broker.client_tools = client_tools
-    if recover:
-        manager.recover()
-    return manager
 
 
 # -- methods ---------------------------------------------------------------------------------------
@@ -168,10 +98,9 @@ async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> R
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
     backend = params.backend or broker.config.default_backend
     if backend not in runs.backends:
-        raise ConfigRefusal(Code.NO_CREDENTIALS if backend == "anthropic" else Code.NO_BACKEND,
-                            "no Anthropic API key is configured for this server (server config, the 0600 "
-                            "secrets file or $ANTHROPIC_API_KEY of the server)" if backend == "anthropic" else
-                            "no OpenAI-compatible endpoint is configured for this server (openai_base_url)")
+        declared = backend_spec(backend)  # the registry's one-line hint for a known, unconfigured backend
+        raise ConfigRefusal(declared.missing_code if declared else Code.NO_BACKEND,
+                            declared.missing_hint if declared else f"no backend named {backend!r}")
     ctx = RunContext(origin=origin, client_id=caller.client_id, conversation=key,
                      user=caller.user, caller_kind=caller.kind.value)
     run_id = await runs.start(ctx, RunParams(

@@ -23,6 +23,7 @@ from typing import Any
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from traitlets import Bool, Enum, Float, List, Unicode
 
+from ..protocol.run_choices import BACKEND_NAMES
 from .consent import SURFACES, ConsentPolicy
 from .conversations import valid_chat_name
 from .errors import AgentError, AgentUsageError
@@ -30,7 +31,7 @@ from .session import RunOptions, Session
 
 __all__ = ["USAGE", "AgentMagics", "parse_line", "run_cell_async"]
 
-USAGE = ("usage: %%agent [--model M] [--backend anthropic|openai] [--chat NAME] [--new] [--mode ask|review|full] "
+USAGE = (f"usage: %%agent [--model M] [--backend {'|'.join(BACKEND_NAMES)}] [--chat NAME] [--new] [--mode ask|review|full] "
          "[--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg]")
 
 
@@ -56,7 +57,7 @@ def _positive_int(text: str) -> int:
 def _build_parser() -> _Parser:
     parser = _Parser(prog="%%agent", add_help=False, allow_abbrev=False)
     parser.add_argument("--model")
-    parser.add_argument("--backend", choices=("anthropic", "openai"))
+    parser.add_argument("--backend", choices=BACKEND_NAMES)
     parser.add_argument("--chat", default="default")
     parser.add_argument("--new", action="store_true")
     parser.add_argument("--mode", choices=("ask", "review", "full"))

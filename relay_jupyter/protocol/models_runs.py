@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .run_choices import BackendName
+
 __all__ = [
     "Attachment",
     "RunStartParams",
@@ -21,6 +23,7 @@ __all__ = [
     "MAX_PROMPT_CHARS",
     "CONVERSATION_NAME_PATTERN",
     "ConversationName",
+    "BackendName",
 ]
 
 #: Largest prompt, and largest single attachment, in characters.
@@ -52,7 +55,7 @@ class RunStartParams(_Strict):
     attachments: list[Attachment] = Field(default_factory=list, max_length=32)
     model: str | None = Field(None, min_length=1, max_length=200)
     """Model id; default: the server's ``default_model``."""
-    backend: Literal["anthropic", "openai"] | None = None
+    backend: BackendName | None = None
     """Default: the server's ``default_backend``."""
     mode: Literal["ask", "review", "full"] = "ask"
     max_tokens: int | None = Field(None, ge=1, le=128_000)

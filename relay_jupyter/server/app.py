@@ -22,6 +22,7 @@ from ..broker.assembly import install_components, start_components, stop_compone
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
 from ..core.errors import ConfigRefusal
+from ..protocol.run_choices import BACKEND_NAMES
 from ..broker.kernel_bridge import end_kernel
 from ..broker.anthropic_proxy import AnthropicProxy
 from .anthropic_handlers import anthropic_handlers
@@ -82,7 +83,7 @@ class RelayApp(ExtensionApp):
     pricing = Dict(config=True, help="Per-model price overrides, USD per million tokens: "
                                       "{model: {input, output, cache_write, cache_read}}.")
     default_model = Unicode("claude-sonnet-4-5", config=True, help="Model used when a run names none.")
-    default_backend = Enum(["anthropic", "openai"], "anthropic", config=True, help="Backend used by default.")
+    default_backend = Enum(list(BACKEND_NAMES), "anthropic", config=True, help="Backend used by default.")
     allowed_models = List(Unicode(), config=True, help="Models the broker allows at all (empty: any a grant names).")
     default_tools = List(Unicode(), ["list_variables", "describe_dataframe"], config=True,
                          help="Tools a connect card proposes by default.")

@@ -20,7 +20,7 @@ from relay_jupyter.backends.anthropic import AnthropicBackend
 from relay_jupyter.backends.base import redact, safe_url
 from relay_jupyter.backends.openai import OpenAIBackend
 from relay_jupyter.broker.config import BrokerConfig
-from relay_jupyter.broker.runs import backends_from_config
+from relay_jupyter.broker.runtime_setup import backends_from_config
 from relay_jupyter.cli import main
 from relay_jupyter.core.errors import Code, ConfigRefusal
 from relay_jupyter.mcp.policy import check_endpoint, check_model_endpoint, parse_insecure_endpoints

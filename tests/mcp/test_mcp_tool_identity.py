@@ -22,7 +22,7 @@ from relay_jupyter.backends.base import RetryPolicy
 from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.broker.dispatch import call_method
-from relay_jupyter.broker.runs import install_runtime
+from relay_jupyter.broker.runtime_setup import install_runtime
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.types import Grant, ToolClass
 from relay_jupyter.mcp import McpRegistry

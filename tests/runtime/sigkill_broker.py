@@ -67,7 +67,7 @@ def recover_only(data_dir: str) -> int:
     """``--recover-only D``: a broker start on ``D`` (its crash repair runs), then a clean exit.
     tests/runtime/test_crash_repair.py runs it with ``RELAY_TEST_CRASH_AT=recovery:N``."""
     from relay_jupyter.backends.demo import DemoBackend
-    from relay_jupyter.broker.runs import install_runtime
+    from relay_jupyter.broker.runtime_setup import install_runtime
 
     broker = Broker.open(BrokerConfig(data_dir=Path(data_dir)))
     try:

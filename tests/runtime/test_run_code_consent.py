@@ -12,7 +12,7 @@ import pytest
 from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.broker.dispatch import call_method
-from relay_jupyter.broker.runs import install_runtime
+from relay_jupyter.broker.runtime_setup import install_runtime
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.errors import Refusal
 from relay_jupyter.core.types import Grant

@@ -1,0 +1,16 @@
+"""The names ``run.start`` accepts for ``backend`` and ``engine``: plain Literals and tuples, no pydantic
+(the kernel's ``%%agent`` parser imports this module and must stay light).
+
+``backends/registry.py`` and ``runtime/engine.py`` (with ``engines/``) declare each backend and engine and
+assert at import that their lists are exactly these, so one is added there and here, nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = ["BACKEND_NAMES", "BackendName"]
+
+#: The model backends, in the registry's order.
+BackendName = Literal["anthropic", "openai", "demo"]
+BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
