@@ -1,0 +1,1096 @@
+"""The PostgreSQL store: everything :class:`~relay_jupyter.storage.sqlite.Store` keeps, in a database
+several brokers (several users' servers, several machines) share. See docs/multi-user.md.
+
+    store = PostgresStore.open("postgresql://relay@db.internal:5432/relay",
+                               password_file="~/.relay/pg.password")      # 0600
+    store.acquire_lease()
+    ...
+    store.close()
+
+Selected by ``c.RelayApp.store_url = "postgresql://user@host:port/db"``. The password is never
+part of the URL: a URL with one is refused (URLs end up in logs and ``ps``). It comes from
+``store_password_file`` (a 0600 file holding only the password), the secrets file's
+``"store_password"`` entry, or libpq's own sources (``~/.pgpass``, ``PGPASSFILE``).
+
+**Same behaviour as the SQLite store**, method for method (the store contract suite runs over both),
+with PostgreSQL's concurrency instead of SQLite's one writer:
+
+- a transaction (:meth:`PgDatabase.transaction`) is one pooled connection's ``BEGIN … COMMIT``; the
+  store's methods called inside it (same thread) join it, nested ones as SAVEPOINTs, exactly as
+  the SQLite store's nested transactions do (runtime/recovery.py and the run manager rely on it);
+- budget holds lock the ledger row they check (``INSERT … ON CONFLICT DO UPDATE … RETURNING``
+  takes the row lock, held to commit), so the check and the insert are atomic across every
+  broker: ``hold`` never overspends (tests/pg/test_pg_concurrency.py: 50 reservations from
+  several processes). Expired holds are charged in a transaction of their own first, their ledger
+  rows locked in a fixed order, so two brokers never deadlock on them;
+- event ids come from a one-row counter updated inside the append's transaction: appends are
+  ordered by its row lock, so ids are committed in order and replay by id never skips one.
+
+The psycopg API used is the synchronous one with a small ``psycopg_pool.ConnectionPool``: the
+``Store`` protocol is synchronous, and every statement here is short (an indexed read or write on
+a local network), as SQLite's are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import os
+import secrets
+import stat
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
+
+from ..core.types import AuditRecord, Event, Grant, ToolClass
+from ..protocol.names import TERMINAL_EVENTS, EventType
+from ._db import check_amount, check_text, dumps
+from .checkpoints import STATES, Checkpoint, sha256
+from .errors import StorageUnavailable, StoreError
+from .events import _PERMISSION_TYPES, _check_event, _event, _middle, _parse
+from .journal import INTERRUPTED, RUNNING, _check_dict, _check_finish
+from .leases import DEFAULT_LEASE_TTL, host_identity, owner_alive, process_start
+from .pg_schema import migrate
+
+__all__ = ["PgAuditMirror", "PgCheckpointJournal", "PostgresStore", "is_postgres_url", "read_password"]
+
+log = logging.getLogger("relay_jupyter.storage")
+
+POOL_MIN = 1
+POOL_MAX = 8
+POOL_TIMEOUT = 3.0
+"""Seconds to wait for a pooled connection before the store reports STORAGE_ERROR: short, since the
+broker calls the store from its event loop too (a database that is down stalls a call this long
+once; the broker then refuses new runs until its storage probe succeeds again)."""
+CONNECT_TIMEOUT = 5
+PRUNE_PAGE = 5000
+"""Events deleted per transaction by :meth:`PostgresStore.prune_events`."""
+STATEMENT_TIMEOUT_MS = 15000
+"""No statement may hold a broker thread longer than this (a lock wait included)."""
+
+_MAX_PASSWORD_FILE = 4096
+
+
+def is_postgres_url(url: str | None) -> bool:
+    """True for ``postgresql://…`` / ``postgres://…`` URLs."""
+    return bool(url) and str(url).split("://", 1)[0].lower() in ("postgresql", "postgres")
+
+
+def _private_bytes(path: Path, what: str) -> bytes:
+    """The contents of a 0600 file of this user (the broker's own check for secrets files)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise StoreError(f"the {what} {path} does not exist") from None
+    except OSError as exc:
+        raise StoreError(f"cannot open the {what} {path} ({exc.strerror}); it must be a regular file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"the {what} {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise StoreError(f"the {what} {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                             f"run: chmod 600 {path}")
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise StoreError(f"the {what} {path} is owned by another user")
+        raw = os.read(fd, _MAX_PASSWORD_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > _MAX_PASSWORD_FILE:
+        raise StoreError(f"the {what} {path} is too large")
+    return raw
+
+
+def read_password(password_file: str | os.PathLike[str] | None = None,
+                  secrets_file: str | os.PathLike[str] | None = None) -> str | None:
+    """The database password: the whole (stripped) ``password_file``, else the ``store_password``
+    entry of the JSON secrets file, else None (libpq's ``~/.pgpass`` may still have one).
+
+    Raises:
+        StoreError: a file that is missing, not private (0600, this user's), or malformed.
+    """
+    if password_file:
+        path = Path(password_file).expanduser()
+        value = _private_bytes(path, "store password file").decode("utf-8", "replace").strip()
+        if not value or "\n" in value:
+            raise StoreError(f"the store password file {path} must hold the password alone, on one line")
+        return value
+    if secrets_file:
+        path = Path(secrets_file).expanduser()
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(_private_bytes(path, "secrets file"))
+        except ValueError:
+            raise StoreError(f"the secrets file {path} is not valid JSON") from None
+        value = data.get("store_password") if isinstance(data, dict) else None
+        if value is not None and (not isinstance(value, str) or not value):
+            raise StoreError(f"store_password in {path} must be a non-empty string")
+        return value
+    return None
+
+
+def _shown(url: str) -> str:
+    """The URL as it may be logged: host, port, database and user, never a password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(url)
+    except Exception:
+        return "postgresql://(unparsable URL)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+def _visibility(origins: Collection[str] | None) -> tuple[str, list[Any]]:
+    """SQL filter for what a caller may see: broadcast events plus those of ``origins`` (None = all)."""
+    if origins is None:
+        return "", []
+    origins = list(origins)
+    if not origins:
+        return " AND origin IS NULL", []
+    return " AND (origin IS NULL OR origin = ANY(%s))", [origins]
+
+
+def _failure(exc: BaseException, where: str) -> StorageUnavailable:
+    """The STORAGE_FULL / STORAGE_ERROR refusal for a failed database operation."""
+    from ..core.errors import Code
+
+    sqlstate = getattr(getattr(exc, "diag", None), "sqlstate", None) or getattr(exc, "sqlstate", None) or ""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if sqlstate in ("53100", "53200"):  # disk_full, out_of_memory
+        return StorageUnavailable(
+            Code.STORAGE_FULL, f"the relay database ({where}) is out of space, so relay cannot record anything; "
+            "ask its administrator to free space, then run the cell again", data={"path": where})
+    return StorageUnavailable(
+        Code.STORAGE_ERROR, f"relay could not use its database ({where}: {first}); check that the database "
+        "server is up and reachable, then run the cell again", data={"path": where})
+
+
+class PgDatabase:
+    """Pool, clock and transactions; the PostgreSQL store's parts build on this."""
+
+    def __init__(self, pool: Any, where: str, clock: Callable[[], float]) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._local = threading.local()
+        self._closed = False
+        self.path = where
+        """The database as it may be shown (no password); ``where`` of storage errors."""
+        self.storage_problem: StorageUnavailable | None = None
+
+    # -- connections and transactions ------------------------------------------------------
+    def _current(self) -> Any:
+        return getattr(self._local, "conn", None)
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        if self._closed:
+            raise StoreError("the relay store is closed")
+        import psycopg
+        import psycopg_pool
+
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.errors.DiskFull, psycopg_pool.PoolTimeout,
+                psycopg.InterfaceError) as exc:
+            raise self._failed(exc) from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A write transaction on one pooled connection. Nested in another transaction of this store
+        on the same thread it is a SAVEPOINT (the outer one commits everything together).
+
+        Raises:
+            StorageUnavailable: the database could not be reached or written (STORAGE_FULL when it is
+                out of space); :attr:`storage_problem` is set until a later write commits.
+        """
+        conn = self._current()
+        if conn is not None:
+            with conn.transaction():
+                yield conn
+            return
+        with self._connection() as conn:
+            self._local.conn = conn
+            try:
+                with conn.transaction():
+                    yield conn
+            finally:
+                self._local.conn = None
+        self.storage_problem = None
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Any]:
+        """A read transaction: several SELECTs see one consistent state (REPEATABLE READ)."""
+        conn = self._current()
+        if conn is not None:
+            yield conn
+            return
+        with self._connection() as conn:
+            self._local.conn = conn
+            try:
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    yield conn
+            finally:
+                self._local.conn = None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One SELECT (in the current transaction of this thread, if any)."""
+        conn = self._current()
+        if conn is not None:
+            return conn.execute(sql, params).fetchall()
+        with self._connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _failed(self, exc: BaseException) -> StorageUnavailable:
+        error = _failure(exc, self.path)
+        self.storage_problem = error
+        return error
+
+    def now(self) -> float:
+        return self._clock()
+
+    def check_space(self) -> None:
+        """Nothing to measure locally: the database server reports a full disk on the write itself."""
+
+    def close(self) -> None:
+        """Close the pool. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _add(conn: Any, key: str, day: str, tokens: int, cost_usd: float) -> None:
+    conn.execute("INSERT INTO ledger (origin, day, tokens, cost_usd) VALUES (%s, %s, %s, %s) "
+                 "ON CONFLICT (origin, day) DO UPDATE SET tokens = ledger.tokens + excluded.tokens, "
+                 "cost_usd = ledger.cost_usd + excluded.cost_usd", (key, day, tokens, cost_usd))
+
+
+def _sweep(conn: Any, now: float) -> int:
+    """Charge expired live holds (their ledger rows updated in key order: no deadlock between two
+    brokers sweeping at once); forget charged holds a day after expiry."""
+    expired = conn.execute("UPDATE budget_holds SET charged = true WHERE NOT charged AND expires_at <= %s "
+                           "RETURNING origin, day, tokens, cost_usd", (now,)).fetchall()
+    totals: dict[tuple[str, str], list[float]] = {}
+    for origin, day, tokens, cost in expired:
+        t = totals.setdefault((origin, day), [0, 0.0])
+        t[0] += int(tokens)
+        t[1] += float(cost)
+    for (origin, day), (tokens, cost) in sorted(totals.items()):
+        _add(conn, origin, day, int(tokens), float(cost))
+    conn.execute("DELETE FROM budget_holds WHERE charged AND expires_at <= %s", (now - 86400.0,))
+    return len(expired)
+
+
+_RUN_COLUMNS = "run_id, origin, conversation, state, started_at, finished_at, meta"
+_CALL_COLUMNS = "run_id, call_id, tool, arguments, intent_at, outcome, outcome_at"
+_LEASE_COLUMNS = ("owner_id", "host", "pid", "proc_start", "started_at", "renewed_at", "ttl")
+
+
+def _run(row: tuple[Any, ...]) -> dict[str, Any]:
+    run_id, origin, conversation, state, started_at, finished_at, meta = row
+    return {"run_id": run_id, "origin": origin, "conversation": conversation, "state": state,
+            "started_at": started_at, "finished_at": finished_at, "meta": json.loads(meta)}
+
+
+def _call(row: tuple[Any, ...]) -> dict[str, Any]:
+    run_id, call_id, tool, arguments, intent_at, outcome, outcome_at = row
+    return {"run_id": run_id, "call_id": call_id, "tool": tool, "arguments": json.loads(arguments),
+            "intent_at": intent_at, "outcome": None if outcome is None else json.loads(outcome),
+            "outcome_at": outcome_at}
+
+
+def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
+    check_text("conv_id", conv_id)
+    check_text("origin", origin)
+    if not isinstance(name, str):
+        raise TypeError("name must be a string")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise TypeError("messages must be a list of dicts")
+    if not isinstance(meta, dict):
+        raise TypeError("meta must be a dict")
+
+
+class PostgresStore(PgDatabase):
+    """The PostgreSQL store. Create with :meth:`open`; close with :meth:`close`."""
+
+    owner_id: str | None = None
+    lease_ttl: float = DEFAULT_LEASE_TTL
+
+    @classmethod
+    def open(cls, url: str, *, password: str | None = None, password_file: str | os.PathLike[str] | None = None,
+             secrets_file: str | os.PathLike[str] | None = None, clock: Callable[[], float] = time.time,
+             min_size: int = POOL_MIN, max_size: int = POOL_MAX,
+             statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> PostgresStore:
+        """Connect (a pool of ``min_size``..``max_size`` connections) and migrate.
+
+        Raises:
+            StoreError: a password in the URL, an unsafe password file, an unreachable server or a
+                refused login (the message shows the URL without any password).
+            SchemaError: the database was written by a newer relay-jupyter.
+        """
+        try:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:
+            raise StoreError("the PostgreSQL store needs psycopg: pip install 'relay-jupyter[postgres]'") from exc
+        if not is_postgres_url(url):
+            raise StoreError("store_url must start with postgresql://")
+        try:
+            parts = conninfo_to_dict(url)
+        except psycopg.ProgrammingError:
+            raise StoreError("store_url is not a valid PostgreSQL URL") from None
+        shown = _shown(url)
+        if parts.get("password"):
+            raise StoreError(f"store_url carries a password: remove it from the URL ({shown}) and put it in "
+                             "c.RelayApp.store_password_file (mode 0600) or the secrets file's store_password")
+        if password is None:
+            password = read_password(password_file, secrets_file)
+        kwargs: dict[str, Any] = {"autocommit": True, "application_name": "relay-jupyter",
+                                  "options": f"-c statement_timeout={int(statement_timeout_ms)}",
+                                  "connect_timeout": CONNECT_TIMEOUT}
+        if password is not None:
+            kwargs["password"] = password
+        # one probe connection first: a refused login or an unreachable host is one clear error at
+        # start, not a pool retrying in the background
+        try:
+            with psycopg.connect(url, **kwargs) as conn:
+                migrate(conn, where=shown)
+        except psycopg.Error as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1 if "FATAL" not in str(exc) else 0]
+            raise StoreError(f"cannot open the relay database {shown}: {first.strip()}", data={"url": shown}) from None
+        pool = ConnectionPool(url, kwargs=kwargs, min_size=min_size, max_size=max_size, timeout=POOL_TIMEOUT,
+                              check=ConnectionPool.check_connection, open=False, name="relay-store")
+        pool.open(wait=True, timeout=POOL_TIMEOUT)
+        return cls(pool, shown, clock)
+
+    @property
+    def checkpoints(self) -> PgCheckpointJournal:
+        """The checkpoint journal in this database; new checkpoints carry this store's lease."""
+        journal = self.__dict__.get("_checkpoints")
+        if journal is None:
+            journal = self.__dict__["_checkpoints"] = PgCheckpointJournal(self)
+        return journal
+
+    # -- grants --------------------------------------------------------------------------------
+    def get_grant(self, origin: str) -> Grant | None:
+        rows = self.query("SELECT body FROM grants WHERE origin = %s", (origin,))
+        return Grant.model_validate_json(rows[0][0]) if rows else None
+
+    def put_grant(self, grant: Grant) -> None:
+        if not isinstance(grant, Grant):
+            raise TypeError(f"put_grant needs a Grant, got {grant.__class__.__name__}")
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO grants (origin, body, updated_at) VALUES (%s, %s, %s) ON CONFLICT (origin) "
+                         "DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at",
+                         (grant.origin, grant.model_dump_json(), self.now()))
+
+    def delete_grant(self, origin: str) -> bool:
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM grants WHERE origin = %s", (origin,)).rowcount > 0
+
+    def list_grants(self) -> list[Grant]:
+        return [Grant.model_validate_json(r[0]) for r in self.query("SELECT body FROM grants ORDER BY origin")]
+
+    # -- ledger and holds ------------------------------------------------------------------------
+    def usage(self, origin: str, day: str) -> tuple[int, float]:
+        rows = self.query("SELECT tokens, cost_usd FROM ledger WHERE origin = %s AND day = %s", (origin, day))
+        return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
+
+    def add_usage(self, origin: str, day: str, tokens: int, cost_usd: float) -> None:
+        check_text("origin", origin)
+        check_text("day", day)
+        check_amount("tokens", tokens)
+        check_amount("cost_usd", cost_usd)
+        with self.transaction() as conn:
+            _add(conn, origin, day, int(tokens), float(cost_usd))
+
+    def held(self, origin: str, day: str) -> tuple[int, float]:
+        rows = self.query("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
+                          "WHERE origin = %s AND day = %s AND NOT charged", (origin, day))
+        return int(rows[0][0]), float(rows[0][1])
+
+    def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
+             check: Callable[[int, float, int, float], None]) -> str:
+        """Charge expired holds (a transaction of their own unless nested), then in one transaction
+        lock the ledger row of ``origin``/``day``, read its usage and live holds, ``check`` them (it
+        raises to refuse: rolled back) and insert the hold. The row lock makes check and insert
+        atomic across every broker on the database. Returns the hold's id."""
+        check_text("origin", origin)
+        check_text("day", day)
+        check_amount("tokens", tokens)
+        check_amount("cost_usd", cost_usd)
+        hold_id = secrets.token_hex(12)
+        if self._current() is None:
+            self.sweep_holds(now)
+        with self.transaction() as conn:
+            if self._current() is not conn:  # pragma: no cover - defensive
+                raise StoreError("budget hold outside its transaction")
+            used = conn.execute(
+                "INSERT INTO ledger (origin, day) VALUES (%s, %s) ON CONFLICT (origin, day) "
+                "DO UPDATE SET tokens = ledger.tokens RETURNING tokens, cost_usd", (origin, day)).fetchone()
+            held = conn.execute("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
+                                "WHERE origin = %s AND day = %s AND NOT charged", (origin, day)).fetchone()
+            check(int(used[0]), float(used[1]), int(held[0]), float(held[1]))
+            conn.execute("INSERT INTO budget_holds (hold_id, origin, day, tokens, cost_usd, created_at, expires_at) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                         (hold_id, origin, day, int(tokens), float(cost_usd), float(now), float(expires_at)))
+        return hold_id
+
+    def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool:
+        if tokens is not None:
+            check_amount("tokens", tokens)
+            check_amount("cost_usd", cost_usd)
+        with self.transaction() as conn:
+            row = conn.execute("SELECT origin, day, tokens, cost_usd, charged FROM budget_holds WHERE hold_id = %s "
+                               "FOR UPDATE", (hold_id,)).fetchone()
+            if row is None:
+                return False
+            origin, day, held_t, held_c, charged = row
+            if tokens is not None and cost_usd is not None:
+                t, c = (max(0, tokens - held_t), max(0.0, cost_usd - held_c)) if charged else (tokens, cost_usd)
+                _add(conn, origin, day, int(t), float(c))
+            conn.execute("DELETE FROM budget_holds WHERE hold_id = %s", (hold_id,))
+            return not charged
+
+    def sweep_holds(self, now: float) -> int:
+        with self.transaction() as conn:
+            return _sweep(conn, now)
+
+    def ledger_rows(self, prefix: str = "") -> list[tuple[str, str, int, float]]:
+        """``(key, day, tokens, cost_usd)`` of every ledger row whose key starts with ``prefix``
+        (the admin view of spend per user and team)."""
+        rows = self.query("SELECT origin, day, tokens, cost_usd FROM ledger WHERE starts_with(origin, %s) "
+                          "ORDER BY origin, day", (prefix,))
+        return [(o, d, int(t), float(c)) for o, d, t, c in rows]
+
+    # -- conversations ---------------------------------------------------------------------------
+    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
+                          meta: dict[str, Any]) -> None:
+        """Insert or replace the whole conversation (fork, migration); ``created_at`` is kept."""
+        _check_conversation(conv_id, origin, name, messages, meta)
+        self._write_messages(conv_id, origin, name, 0, messages, meta, replace=True)
+
+    def append_messages(self, conv_id: str, origin: str, name: str, start: int,
+                        messages: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        """Store ``messages`` as messages ``start, start + 1, …`` (those from ``start`` on replaced,
+        earlier ones kept); one transaction. ValueError when ``start`` is beyond the stored count."""
+        _check_conversation(conv_id, origin, name, messages, meta)
+        start = operator.index(start)
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        self._write_messages(conv_id, origin, name, start, messages, meta, replace=False)
+
+    def _write_messages(self, conv_id: str, origin: str, name: str, start: int,
+                        messages: list[dict[str, Any]], meta: dict[str, Any], *, replace: bool) -> None:
+        bodies = [dumps(m) for m in messages]
+        now = self.now()
+        with self.transaction() as conn:
+            # the conversation's row first (locked: two writers of one conversation take turns)
+            row = conn.execute(
+                "INSERT INTO conversations (conv_id, origin, name, message_count, meta, created_at, updated_at) "
+                "VALUES (%s, %s, %s, 0, %s, %s, %s) ON CONFLICT (conv_id) DO UPDATE SET "
+                "message_count = conversations.message_count RETURNING message_count",
+                (conv_id, origin, name, dumps(meta), now, now)).fetchone()
+            count = int(row[0])
+            if replace:
+                start = 0
+            elif start > count:
+                raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
+            if start < count:
+                conn.execute("DELETE FROM conversation_messages WHERE conv_id = %s AND seq >= %s", (conv_id, start))
+            if bodies:
+                with conn.cursor() as cur, cur.copy("COPY conversation_messages (conv_id, seq, body) FROM STDIN") as cp:
+                    for n, body in enumerate(bodies):
+                        cp.write_row((conv_id, start + n, body))
+            conn.execute("UPDATE conversations SET origin = %s, name = %s, meta = %s, updated_at = %s, "
+                         "message_count = %s WHERE conv_id = %s",
+                         (origin, name, dumps(meta), now, start + len(bodies), conv_id))
+
+    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
+        with self.snapshot() as conn:
+            row = conn.execute("SELECT conv_id, origin, name, meta, created_at, updated_at FROM conversations "
+                               "WHERE conv_id = %s", (conv_id,)).fetchone()
+            if row is None:
+                return None
+            bodies = conn.execute("SELECT body FROM conversation_messages WHERE conv_id = %s ORDER BY seq",
+                                  (conv_id,)).fetchall()
+        cid, origin, name, meta, created, updated = row
+        messages = json.loads("[" + ",".join([b[0] for b in bodies]) + "]")
+        return {"conv_id": cid, "origin": origin, "name": name, "messages": messages,
+                "meta": json.loads(meta), "created_at": created, "updated_at": updated}
+
+    def conversation_origin(self, conv_id: str) -> str | None:
+        rows = self.query("SELECT origin FROM conversations WHERE conv_id = %s", (conv_id,))
+        return rows[0][0] if rows else None
+
+    def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT conv_id, origin, name, message_count, meta, created_at, updated_at FROM conversations"
+        rows = self.query(sql + " ORDER BY updated_at DESC, seq DESC") if origin is None else \
+            self.query(sql + " WHERE origin = %s ORDER BY updated_at DESC, seq DESC", (origin,))
+        return [{"conv_id": c, "origin": o, "name": n, "message_count": k, "meta": json.loads(m),
+                 "created_at": ca, "updated_at": ua} for c, o, n, k, m, ca, ua in rows]
+
+    def delete_conversation(self, conv_id: str) -> bool:
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM conversations WHERE conv_id = %s", (conv_id,)).rowcount > 0
+
+    # -- trust and pins --------------------------------------------------------------------------
+    def add_trust(self, origin: str, tool: str, digest: str) -> None:
+        check_text("origin", origin)
+        check_text("tool", tool)
+        check_text("digest", digest)
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO trust (origin, tool, digest, created_at) VALUES (%s, %s, %s, %s) "
+                         "ON CONFLICT (origin, tool) DO UPDATE SET digest = excluded.digest, "
+                         "created_at = excluded.created_at", (origin, tool, digest, self.now()))
+
+    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
+        return bool(self.query("SELECT 1 FROM trust WHERE origin = %s AND tool = %s AND digest = %s",
+                               (origin, tool, digest)))
+
+    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT origin, tool, digest, created_at FROM trust"
+        rows = self.query(sql + " ORDER BY origin, tool") if origin is None else \
+            self.query(sql + " WHERE origin = %s ORDER BY tool", (origin,))
+        return [{"origin": o, "tool": t, "digest": d, "created_at": c} for o, t, d, c in rows]
+
+    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
+        with self.transaction() as conn:
+            if tool is None:
+                return conn.execute("DELETE FROM trust WHERE origin = %s", (origin,)).rowcount
+            return conn.execute("DELETE FROM trust WHERE origin = %s AND tool = %s", (origin, tool)).rowcount
+
+    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None:
+        check_text("tool", tool)
+        check_text("digest", digest)
+        cls = ToolClass(tool_class)
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO pins (tool, digest, tool_class, created_at) VALUES (%s, %s, %s, %s) "
+                         "ON CONFLICT (tool) DO UPDATE SET digest = excluded.digest, tool_class = excluded.tool_class, "
+                         "created_at = excluded.created_at", (tool, digest, cls.value, self.now()))
+
+    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None:
+        rows = self.query("SELECT digest, tool_class FROM pins WHERE tool = %s", (tool,))
+        return (rows[0][0], ToolClass(rows[0][1])) if rows else None
+
+    def delete_pin(self, tool: str) -> bool:
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM pins WHERE tool = %s", (tool,)).rowcount > 0
+
+    def list_pins(self) -> list[dict[str, Any]]:
+        rows = self.query("SELECT tool, digest, tool_class, created_at FROM pins ORDER BY tool")
+        return [{"tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts} for t, d, c, ts in rows]
+
+    # -- events ----------------------------------------------------------------------------------
+    def append_event(self, type: str, data: dict[str, Any], *, origin: str | None = None,
+                     run_id: str | None = None) -> Event:
+        return self.append_events([(type, data, origin, run_id)])[0]
+
+    def append_events(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]) -> list[Event]:
+        return self._append(items)[0]
+
+    def append_events_framed(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
+                             ) -> tuple[list[Event], list[bytes]]:
+        return self._append(items)
+
+    def _append(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
+                ) -> tuple[list[Event], list[bytes]]:
+        items = list(items)
+        for item in items:
+            if not isinstance(item, tuple | list) or len(item) != 4:
+                raise TypeError("each event must be a (type, data, origin, run_id) tuple")
+            _check_event(*item)
+        if not items:
+            return [], []
+        ts = float(self.now())
+        head = f'"ts":{ts!r}'
+        middles: dict[tuple[str, str | None, str | None], str] = {}
+        tails: list[str] = []
+        for t, d, o, r in items:
+            middle = middles.get((t, o, r))
+            if middle is None:
+                middle = middles[(t, o, r)] = _middle(t, o, r)
+            tails.append(f"{head}{middle}{dumps(d)}}}\n\n")
+        with self.transaction() as conn:
+            # the counter's row lock orders appends until commit: ids are committed in id order
+            last = conn.execute("UPDATE event_seq SET last_id = last_id + %s RETURNING last_id",
+                                (len(items),)).fetchone()[0]
+            first = int(last) - len(items) + 1
+            rows = [(first + n, ts, t, o, r, f'id: {first + n}\nevent: {t}\ndata: {{"id":{first + n},{tail}'.encode())
+                    for n, ((t, _, o, r), tail) in enumerate(zip(items, tails, strict=True))]
+            with conn.cursor() as cur:
+                with cur.copy("COPY events (id, ts, type, origin, run_id, frame) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            if _PERMISSION_TYPES.intersection(t for t, _, _ in middles):
+                self._track_permissions(conn, items, first, ts)
+        events = [_event({"id": first + n, "ts": ts, "type": t, "origin": o, "run_id": r, "data": dict(d)})
+                  for n, (t, d, o, r) in enumerate(items)]
+        return events, [row[5] for row in rows]
+
+    def _track_permissions(self, conn: Any, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]],
+                           first: int, ts: float) -> None:
+        for n, (t, d, o, r) in enumerate(items):
+            request_id = d.get("request_id")
+            if t not in _PERMISSION_TYPES or not isinstance(request_id, str):
+                continue
+            if t == EventType.PERMISSION_REQUEST:
+                conn.execute("INSERT INTO pending_permissions (request_id, owner, origin, run_id, event_id, created_at) "
+                             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (request_id) DO UPDATE SET "
+                             "owner = excluded.owner, origin = excluded.origin, run_id = excluded.run_id, "
+                             "event_id = excluded.event_id, created_at = excluded.created_at",
+                             (request_id, self.owner_id, o, r, first + n, ts))
+            else:
+                conn.execute("DELETE FROM pending_permissions WHERE request_id = %s", (request_id,))
+
+    def _rows_since(self, since: int, limit: int | None, origins: Collection[str] | None) -> list[tuple[Any, ...]]:
+        since = operator.index(since)
+        where, params = _visibility(origins)
+        sql = f"SELECT id, frame FROM events WHERE id > %s{where} ORDER BY id"
+        args: list[Any] = [since, *params]
+        if limit is not None:
+            limit = operator.index(limit)
+            if limit <= 0:
+                return []
+            sql += " LIMIT %s"
+            args.append(limit)
+        return self.query(sql, args)
+
+    def events_since(self, since: int, *, limit: int | None = None,
+                     origins: Collection[str] | None = None) -> list[Event]:
+        return [_parse(bytes(frame)) for _, frame in self._rows_since(since, limit, origins)]
+
+    def replay_sse(self, since: int, *, limit: int | None = None,
+                   origins: Collection[str] | None = None) -> tuple[int, bytes]:
+        """The frames of :meth:`events_since` concatenated, and the id of the last event *scanned*
+        (``since`` when none): with ``limit``, a page scans ids ``since + 1 … since + limit`` only
+        (retained ids are contiguous), so it is bounded work even for an origin with no events.
+        One REPEATABLE READ snapshot: the returned id never passes an event the page did not see."""
+        since = operator.index(since)
+        if limit is not None:
+            limit = operator.index(limit)
+            if limit <= 0:
+                return since, b""
+        where, params = _visibility(origins)
+        with self.snapshot() as conn:
+            first, top = conn.execute("SELECT MIN(id), MAX(id) FROM events").fetchone()
+            if top is None or top <= since:
+                return since, b""
+            start = max(since, int(first) - 1)
+            end = int(top) if limit is None else min(start + limit, int(top))
+            rows = conn.execute(f"SELECT frame FROM events WHERE id > %s AND id <= %s{where} ORDER BY id",
+                                [start, end, *params]).fetchall()
+        return end, b"".join([bytes(r[0]) for r in rows])
+
+    def last_event_id(self) -> int:
+        return int(self.query("SELECT last_id FROM event_seq")[0][0])
+
+    def first_event_id(self) -> int:
+        with self.snapshot() as conn:
+            row = conn.execute("SELECT MIN(id) FROM events").fetchone()
+            if row[0] is not None:
+                return int(row[0])
+            return int(conn.execute("SELECT last_id FROM event_seq").fetchone()[0]) + 1
+
+    def prune_events(self, max_age_s: float | None = None, max_count: int | None = None) -> int:
+        """Drop the oldest events (a prefix: ids stay contiguous): those older than ``max_age_s``
+        (stopping at the first one young enough) and all but the newest ``max_count``. The edge is
+        decided once; then pages of :data:`PRUNE_PAGE` events, one short transaction each, so other
+        brokers' appends go on in between. Returns how many went. ValueError for a negative limit."""
+        if max_age_s is not None and (not isinstance(max_age_s, int | float) or max_age_s < 0):
+            raise ValueError("max_age_s must be a number >= 0")
+        if max_count is not None:
+            max_count = operator.index(max_count)
+            if max_count < 0:
+                raise ValueError("max_count must be >= 0")
+        with self.snapshot() as conn:
+            next_id = int(conn.execute("SELECT last_id FROM event_seq").fetchone()[0]) + 1
+            edge: int | None = None
+            if max_age_s is not None:
+                keep = conn.execute("SELECT id FROM events WHERE ts >= %s ORDER BY id LIMIT 1",
+                                    (self.now() - max_age_s,)).fetchone()
+                edge = next_id if keep is None else int(keep[0])
+            if max_count is not None:
+                if max_count == 0:
+                    cut = next_id
+                else:
+                    row = conn.execute("SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET %s",
+                                       (max_count - 1,)).fetchone()
+                    cut = 0 if row is None else int(row[0])
+                edge = cut if edge is None else max(edge, cut)
+        if not edge:
+            return 0
+        deleted = 0
+        while True:
+            with self.transaction() as conn:
+                low = conn.execute("SELECT MIN(id) FROM events").fetchone()[0]
+                if low is None or low >= edge:
+                    break
+                deleted += conn.execute("DELETE FROM events WHERE id >= %s AND id < %s",
+                                        (low, min(edge, int(low) + PRUNE_PAGE))).rowcount
+        return deleted
+
+    # -- runs journal ----------------------------------------------------------------------------
+    def run_started(self, run_id: str, origin: str, conversation: str, meta: dict[str, Any]) -> None:
+        check_text("run_id", run_id)
+        check_text("origin", origin)
+        check_text("conversation", conversation)
+        _check_dict("meta", meta)
+        with self.transaction() as conn:
+            # delete + insert: a replaced run goes to the end of the order, as SQLite's INSERT OR REPLACE
+            conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
+            conn.execute(f"INSERT INTO runs ({_RUN_COLUMNS}, owner) VALUES (%s, %s, %s, %s, %s, NULL, %s, %s)",
+                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta), self.owner_id))
+
+    def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
+        _check_finish(state, meta)
+        with self.transaction() as conn:
+            row = conn.execute("SELECT meta FROM runs WHERE run_id = %s FOR UPDATE", (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown run {run_id!r}")
+            merged = {**json.loads(row[0]), **(meta or {})}
+            conn.execute("UPDATE runs SET state = %s, finished_at = %s, meta = %s WHERE run_id = %s",
+                         (state, self.now(), dumps(merged), run_id))
+
+    def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
+        check_text("run_id", run_id)
+        check_text("call_id", call_id)
+        check_text("tool", tool)
+        _check_dict("arguments", arguments)
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM calls WHERE run_id = %s AND call_id = %s", (run_id, call_id))
+            conn.execute(f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (%s, %s, %s, %s, %s, NULL, NULL)",
+                         (run_id, call_id, tool, dumps(arguments), self.now()))
+
+    def call_outcome(self, run_id: str, call_id: str, outcome: dict[str, Any]) -> None:
+        _check_dict("outcome", outcome)
+        with self.transaction() as conn:
+            cur = conn.execute("UPDATE calls SET outcome = %s, outcome_at = %s WHERE run_id = %s AND call_id = %s",
+                               (dumps(outcome), self.now(), run_id, call_id))
+            if cur.rowcount == 0:
+                raise KeyError(f"no intent recorded for call {call_id!r} of run {run_id!r}")
+
+    def unfinished_runs(self) -> list[str]:
+        return [r[0] for r in self.query("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY seq")]
+
+    def calls_without_outcome(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.query(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s AND outcome IS NULL ORDER BY seq",
+                          (run_id,))
+        return [_call(r) for r in rows]
+
+    def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        limit = max(0, operator.index(limit))
+        if origin is None:
+            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY seq DESC LIMIT %s", (limit,))
+        else:
+            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE origin = %s ORDER BY seq DESC LIMIT %s",
+                              (origin, limit))
+        return [_run(r) for r in rows]
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self.snapshot() as conn:
+            row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+            if row is None:
+                return None
+            calls = conn.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s ORDER BY seq",
+                                 (run_id,)).fetchall()
+        run = _run(row)
+        run["calls"] = [_call(c) for c in calls]
+        return run
+
+    def finish_run(self, run_id: str, state: str, meta: dict[str, Any] | None,
+                   terminal: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
+                   ) -> tuple[list[Any], list[bytes]] | None:
+        """Mark the run ``state`` only if it is still unfinished and append its terminal event(s), in
+        one transaction (the run's row is locked: two brokers never both end it). None when it had
+        already ended."""
+        _check_finish(state, meta)
+        with self.transaction() as conn:
+            row = conn.execute("SELECT meta, finished_at FROM runs WHERE run_id = %s FOR UPDATE",
+                               (run_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown run {run_id!r}")
+            if row[1] is not None:
+                return None
+            merged = {**json.loads(row[0]), **(meta or {})}
+            conn.execute("UPDATE runs SET state = %s, finished_at = %s, meta = %s WHERE run_id = %s",
+                         (state, self.now(), dumps(merged), run_id))
+            return self.append_events_framed(terminal)
+
+    def terminal_event(self, run_id: str) -> Any:
+        rows = self.query("SELECT id FROM events WHERE run_id = %s AND type = ANY(%s) ORDER BY id LIMIT 1",
+                          (run_id, sorted(TERMINAL_EVENTS)))
+        if not rows:
+            return None
+        found = self.events_since(int(rows[0][0]) - 1, limit=1)
+        return found[0] if found else None
+
+    def runs_to_recover(self, live: set[str] | None = None) -> list[dict[str, Any]]:
+        live = self.live_owners() if live is None else live
+        rows = self.query(f"SELECT {_RUN_COLUMNS}, owner FROM runs WHERE finished_at IS NULL ORDER BY seq")
+        return [{**_run(r[:-1]), "owner": r[-1]} for r in rows if r[-1] is None or r[-1] not in live]
+
+    def running_elsewhere(self, conversation: str) -> bool:
+        rows = self.query("SELECT owner FROM runs WHERE conversation = %s AND finished_at IS NULL", (conversation,))
+        others = {r[0] for r in rows if r[0] is not None and r[0] != self.owner_id}
+        return bool(others & self.live_owners())
+
+    def pending_permissions(self, *, run_id: str | None = None, live: set[str] | None = None
+                            ) -> list[dict[str, Any]]:
+        cols = ("request_id", "owner", "origin", "run_id", "event_id", "created_at")
+        if run_id is None:
+            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions ORDER BY event_id")
+        else:
+            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions WHERE run_id = %s ORDER BY event_id",
+                              (run_id,))
+        out = [dict(zip(cols, r, strict=True)) for r in rows]
+        if live is not None:
+            out = [p for p in out if p["owner"] is None or p["owner"] not in live]
+        return out
+
+    def mark_interrupted(self) -> list[str]:
+        with self.transaction() as conn:
+            rows = conn.execute("UPDATE runs SET state = %s, finished_at = %s WHERE finished_at IS NULL "
+                                "RETURNING run_id, seq", (INTERRUPTED, self.now())).fetchall()
+        return [run_id for run_id, _ in sorted(rows, key=lambda r: r[1])]
+
+    # -- leases ----------------------------------------------------------------------------------
+    def acquire_lease(self, ttl: float = DEFAULT_LEASE_TTL) -> str:
+        if not ttl > 0:
+            raise ValueError("lease ttl must be positive")
+        owner = "own_" + secrets.token_hex(8)
+        now = self.now()
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                         (owner, host_identity(), os.getpid(), process_start(os.getpid()), now, now, float(ttl)))
+        self.owner_id, self.lease_ttl = owner, float(ttl)
+        return owner
+
+    def renew_lease(self) -> None:
+        if self.owner_id is None:
+            return
+        now = self.now()
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (owner_id) DO UPDATE SET "
+                         "renewed_at = excluded.renewed_at",
+                         (self.owner_id, host_identity(), os.getpid(), process_start(os.getpid()), now, now,
+                          self.lease_ttl))
+
+    def probe_write(self) -> None:
+        if self.owner_id is not None:
+            self.renew_lease()
+            return
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
+                         "VALUES ('probe', '', 0, NULL, 0, 0, 0) ON CONFLICT (owner_id) DO NOTHING")
+            conn.execute("DELETE FROM owners WHERE owner_id = 'probe'")
+
+    def release_lease(self) -> None:
+        if self.owner_id is None or self.closed:
+            return
+        try:
+            with self.transaction() as conn:
+                conn.execute("DELETE FROM owners WHERE owner_id = %s", (self.owner_id,))
+        finally:
+            self.owner_id = None
+
+    def leases(self) -> list[dict[str, Any]]:
+        rows = self.query(f"SELECT {', '.join(_LEASE_COLUMNS)} FROM owners ORDER BY started_at DESC")
+        return [dict(zip(_LEASE_COLUMNS, r, strict=True)) for r in rows]
+
+    def live_owners(self) -> set[str]:
+        now = self.now()
+        alive = {r["owner_id"] for r in self.leases() if owner_alive(r, now, me=self.owner_id)}
+        if self.owner_id is not None:
+            alive.add(self.owner_id)
+        return alive
+
+    def forget_dead_leases(self, live: Collection[str] | None = None) -> int:
+        keep = set(self.live_owners() if live is None else live)
+        dead = [r["owner_id"] for r in self.leases() if r["owner_id"] not in keep]
+        if not dead:
+            return 0
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM owners WHERE owner_id = ANY(%s)", (dead,))
+        return len(dead)
+
+    # -- audit copy --------------------------------------------------------------------------------
+    def append_audit(self, record: AuditRecord) -> None:
+        """Store a copy of an audit record (already appended to the broker's local log, whose ``seq`` it keeps)."""
+        with self.transaction() as conn:
+            conn.execute("INSERT INTO audit (local_seq, owner, ts, origin, tool, decision, code, run_id, record) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                         (record.seq, self.owner_id, record.ts, record.origin, record.tool, record.decision,
+                          record.code, record.run_id, record.model_dump_json()))
+
+    def audit_records(self, *, origin: str | None = None, origin_prefix: str | None = None,
+                      since: float | None = None, limit: int = 1000) -> list[AuditRecord]:
+        """Stored audit records, oldest first: of ``origin``, or of origins starting with
+        ``origin_prefix`` (a user's: ``user:alice/``), at or after ``since`` (epoch seconds); the
+        newest ``limit`` of them."""
+        where, args = [], []
+        if origin is not None:
+            where.append("origin = %s")
+            args.append(origin)
+        if origin_prefix is not None:
+            where.append("starts_with(origin, %s)")
+            args.append(origin_prefix)
+        if since is not None:
+            where.append("ts >= %s")
+            args.append(float(since))
+        sql = "SELECT record FROM audit" + (" WHERE " + " AND ".join(where) if where else "")
+        rows = self.query(sql + " ORDER BY seq DESC LIMIT %s", [*args, max(0, operator.index(limit))])
+        return [AuditRecord.model_validate_json(r[0]) for r in reversed(rows)]
+
+
+class PgAuditMirror:
+    """The broker's audit sink when the store is PostgreSQL: each record goes to the local JSON-lines
+    log first (the tamper-evident copy; its failure fails the action, as without a database), then a
+    copy to the database (what team views query). A failed copy is logged and marks the store's
+    :attr:`~PgDatabase.storage_problem` (readyz 503) instead of undoing a decision already recorded."""
+
+    def __init__(self, local: Any, store: PostgresStore) -> None:
+        self.local = local
+        self.store = store
+
+    def append(self, record: AuditRecord) -> AuditRecord:
+        stored = self.local.append(record)
+        try:
+            self.store.append_audit(stored)
+        except StoreError as exc:
+            log.warning("relay: the database copy of audit record %s failed: %s", stored.seq, exc.message)
+        return stored
+
+    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
+        return self.local.tail(n, origin=origin)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.local, name)
+
+    def close(self) -> None:
+        self.local.close()
+
+
+_CK_COLS = ("seq, id, origin, conversation, run_id, target, pre_exists, pre_sha256, post_sha256, "
+            "pending_sha256, state, note, created_at, updated_at")
+
+
+class PgCheckpointJournal:
+    """:class:`~relay_jupyter.storage.checkpoints.CheckpointJournal` in the PostgreSQL database (the
+    same methods; pre-images are ``bytea``). Each write is its own committed transaction."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.db_path = store.path
+
+    @property
+    def owner(self) -> str | None:
+        return self.store.owner_id
+
+    def close(self) -> None:
+        """The store owns the pool."""
+
+    def _rows(self, where: str, args: Sequence[Any]) -> list[Checkpoint]:
+        rows = self.store.query(f"SELECT {_CK_COLS} FROM checkpoints {where}", args)
+        return [Checkpoint(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6]), *r[7:]) for r in rows]
+
+    def get(self, checkpoint_id: str) -> Checkpoint | None:
+        rows = self._rows("WHERE id = %s", (checkpoint_id,))
+        return rows[0] if rows else None
+
+    def pre_image(self, checkpoint_id: str) -> bytes | None:
+        rows = self.store.query("SELECT pre_image FROM checkpoints WHERE id = %s", (checkpoint_id,))
+        return None if not rows or rows[0][0] is None else bytes(rows[0][0])
+
+    def list(self, *, origin: str | None = None, limit: int = 100) -> list[Checkpoint]:
+        if origin is None:
+            return self._rows("ORDER BY seq DESC LIMIT %s", (limit,))
+        return self._rows("WHERE origin = %s ORDER BY seq DESC LIMIT %s", (origin, limit))
+
+    def active(self, run_id: str, target: str) -> Checkpoint | None:
+        rows = self._rows("WHERE run_id = %s AND target = %s AND state IN ('prepared', 'applied') "
+                          "ORDER BY seq DESC LIMIT 1", (run_id, target))
+        return rows[0] if rows else None
+
+    def cascade(self, checkpoint_id: str) -> list[Checkpoint]:
+        sel = self.get(checkpoint_id)
+        if sel is None:
+            return []
+        return self._rows("WHERE origin = %s AND seq >= %s AND state != 'reverted' ORDER BY seq DESC",
+                          (sel.origin, sel.seq))
+
+    def unfinished(self, *, all_owners: bool = False) -> list[Checkpoint]:
+        rows = self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
+        if all_owners or not rows:
+            return rows
+        live = self.live_owners()
+        owners = dict(self.store.query("SELECT id, owner FROM checkpoints WHERE state IN ('prepared', 'reverting')"))
+        return [r for r in rows if owners.get(r.id) is None or owners.get(r.id) not in live]
+
+    def owner_of(self, checkpoint_id: str) -> str | None:
+        rows = self.store.query("SELECT owner FROM checkpoints WHERE id = %s", (checkpoint_id,))
+        return rows[0][0] if rows else None
+
+    def live_owners(self) -> set[str]:
+        now = time.time()
+        live = {r["owner_id"] for r in self.store.leases() if owner_alive(r, now, me=self.owner)}
+        if self.owner is not None:
+            live.add(self.owner)
+        return live
+
+    def prepare(self, *, origin: str, conversation: str | None, run_id: str, target: str,
+                pre_image: bytes | None, pending_sha256: str) -> Checkpoint:
+        now = time.time()
+        cid = "ckpt_" + secrets.token_hex(8)
+        with self.store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO checkpoints (id, origin, conversation, run_id, target, pre_exists, pre_sha256, pre_image, "
+                "post_sha256, pending_sha256, state, created_at, updated_at, owner) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL, %s, 'prepared', %s, %s, %s)",
+                (cid, origin, conversation, run_id, target, pre_image is not None, sha256(pre_image), pre_image,
+                 pending_sha256, now, now, self.owner))
+        got = self.get(cid)
+        assert got is not None
+        return got
+
+    def _update(self, checkpoint_id: str, sets: str, args: tuple[Any, ...]) -> None:
+        with self.store.transaction() as conn:
+            conn.execute(f"UPDATE checkpoints SET {sets}, updated_at = %s WHERE id = %s",
+                         (*args, time.time(), checkpoint_id))
+
+    def prepare_again(self, checkpoint_id: str, pending_sha256: str) -> None:
+        self._update(checkpoint_id, "state = 'prepared', pending_sha256 = %s", (pending_sha256,))
+
+    def mark_applied(self, checkpoint_id: str, post_sha256: str | None, note: str = "") -> None:
+        self._update(checkpoint_id, "state = 'applied', post_sha256 = %s, pending_sha256 = NULL, note = %s",
+                     (post_sha256, note))
+
+    def mark_reverting(self, checkpoint_id: str) -> None:
+        self._update(checkpoint_id, "state = 'reverting'", ())
+
+    def mark_reverted(self, checkpoint_id: str, note: str = "") -> None:
+        self._update(checkpoint_id, "state = 'reverted', pre_image = NULL, pending_sha256 = NULL, note = %s", (note,))
+
+
+assert STATES == ("prepared", "applied", "reverting", "reverted")  # the CHECK constraint of pg_schema
