@@ -13,7 +13,6 @@ those components when they are installed (a method that needs a missing one answ
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -40,31 +39,17 @@ from .metrics import BrokerMetrics, CountingAudit
 from .permissions import MemoryTrust, PermissionRouter
 from .registry import METHODS
 
-__all__ = ["METHOD_MODULES", "Broker", "load_methods", "require", "target_origin"]
+__all__ = ["Broker", "load_methods", "require", "target_origin"]
 
 log = logging.getLogger("relay_jupyter.broker")
 
-#: Modules that register RPC methods. Missing ones (a component not built yet) are skipped.
-METHOD_MODULES: tuple[str, ...] = (
-    "relay_jupyter.broker.control",
-    "relay_jupyter.broker.tools_methods",
-    "relay_jupyter.broker.runs",
-    "relay_jupyter.broker.workspace_methods",
-)
-
 
 def load_methods() -> list[str]:
-    """Import every method module that exists; return the names of those loaded."""
-    loaded = []
-    for name in METHOD_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real missing dependency inside the module: do not hide it
-                raise
-            continue
-        loaded.append(name)
-    return loaded
+    """Register every RPC method (``broker/methods/__init__.py`` imports each namespace module by name);
+    return the names of the modules that register methods."""
+    from . import methods
+
+    return [m.__name__ for m in (*methods.MODULES, *methods.LEGACY)]
 
 
 class Broker:

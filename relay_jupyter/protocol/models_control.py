@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..core.types import AuditRecord, Budget, Grant
 from .models_runs import ConversationName
+from .strict import Strict
 
 __all__ = [
     "AuditTailParams",
@@ -52,10 +53,6 @@ __all__ = [
 
 _ID = Field(min_length=1, max_length=200)
 _ORIGIN = Field(default=None, min_length=1, max_length=4096)
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Empty(Strict):

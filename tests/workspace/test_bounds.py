@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_jupyter.broker import workspace_methods as wm
+from relay_jupyter.broker.methods import workspace as wm
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.edit import MAX_REPLACEMENTS, Edit, apply_edits
 from relay_jupyter.core.errors import WorkspaceRefusal

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from relay_jupyter.broker import workspace_methods as wm
+from relay_jupyter.broker.methods import workspace as wm
 from relay_jupyter.broker.conversation_keys import conversation_key
 from relay_jupyter.broker.registry import METHODS
 from relay_jupyter.core.caller import Caller, CallerKind

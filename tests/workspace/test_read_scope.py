@@ -155,7 +155,7 @@ def test_the_traversal_corpus_never_reads_a_secret(env) -> None:
 
 
 def test_workspace_diff_refuses_credentials(env) -> None:
-    from relay_jupyter.broker import workspace_methods as wm
+    from relay_jupyter.broker.methods import workspace as wm
     from relay_jupyter.broker.conversation_keys import conversation_key
     from relay_jupyter.core.caller import Caller, CallerKind
 

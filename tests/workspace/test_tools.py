@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from relay_jupyter.broker import workspace_methods as wm
+from relay_jupyter.broker.methods import checkpoints as wm
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.errors import RoutingRefusal, WorkspaceRefusal
 from relay_jupyter.core.memory import MemoryAuditSink

@@ -1,0 +1,25 @@
+"""Every RPC method of the broker, one module per namespace (docs/architecture.md, "a new RPC method").
+
+Each module declares its access rule once (``ACCESS``, from :mod:`._access`) and registers its handlers
+through one :class:`~._access.Namespace` (``rpc``), which applies the rule before a handler runs.
+The modules are imported here by name: importing this package registers every method, and
+``tests/broker/test_methods_registry.py`` fails for a module of this package missing from
+:data:`MODULES`, for a method registered outside it, and for a method in ``docs/protocol.md``
+without a handler (or the reverse).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from .. import tools_methods  # tools.*: moves here as methods/tools.py with the tool seam (issue 14.1)
+from .. import runs as _runs_legacy  # run.start, run.cancel, conversations.*: moving to runs.py / conversations.py
+from . import audit, budget, checkpoints, grants, kernel, permissions, runs, trust, workspace
+
+__all__ = ["LEGACY", "MODULES"]
+
+#: The namespace modules, each with ``ACCESS`` and ``rpc``.
+MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, permissions, kernel, trust, checkpoints, workspace)
+
+#: Modules outside this package that still register methods with the bare ``registry.method``.
+LEGACY: tuple[ModuleType, ...] = (tools_methods, _runs_legacy)

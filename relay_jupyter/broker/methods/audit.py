@@ -1,0 +1,22 @@
+"""``audit.tail``: the last audit records (arguments redacted).
+
+Access (:data:`~._access.NOTEBOOK`): a kernel sees its own origin's records; a browser session every
+origin's (or the one it names).
+"""
+
+from __future__ import annotations
+
+from ...protocol.models_control import AuditTailParams, AuditTailResult
+from ...protocol.names import Method
+from ._access import NOTEBOOK, Namespace, Request, Scope
+
+__all__ = ["ACCESS", "rpc"]
+
+ACCESS = NOTEBOOK
+rpc = Namespace(ACCESS, "audit")
+
+
+@rpc.method(Method.AUDIT_TAIL, AuditTailParams, AuditTailResult, scope=Scope.ANY,
+            doc="The last n audit records (arguments redacted): a kernel sees its own origin's only.")
+async def audit_tail(req: Request, params: AuditTailParams) -> AuditTailResult:
+    return AuditTailResult(records=req.broker.audit.tail(params.n, origin=req.origin))
