@@ -15,6 +15,9 @@ class Method:
     # consent
     PERMISSION_ANSWER = "permission.answer"  # {request_id, decision: allow|deny, scope: once|run|notebook}
     PERMISSION_PENDING = "permission.pending"  # {} -> {requests: [...]} pending requests of the caller
+    # elicitation (an MCP server asks the user, during a tool call)
+    ELICITATION_ANSWER = "elicitation.answer"  # {request_id, action: accept|decline|cancel, content?}
+    ELICITATION_PENDING = "elicitation.pending"  # {} -> {requests: [...]} pending elicitations of the caller
     # tools
     TOOLS_LIST = "tools.list"            # {conversation?} -> {tools: [{name, class, server, description}]}
     TOOLS_CALL = "tools.call"            # {conversation, tool, arguments} -> {content, is_error}
@@ -65,6 +68,10 @@ class EventType:
                                                  #  arguments, reasons, preview, deadline}
     PERMISSION_RESOLVED = "permission.resolved"  # {request_id, decision, scope, answered_by, answered_at}
     PERMISSION_TIMEOUT = "permission_timeout"    # {request_id}
+    # elicitation: an MCP server's question during a tool call, shown as a form card
+    ELICITATION_REQUEST = "elicitation.request"  # {request_id, originator, run_id, server, tool, message, fields,
+                                                 #  deadline, from: "server"}
+    ELICITATION_RESOLVED = "elicitation.resolved"  # {request_id, action, answered_by, fields_answered, refused?}
     # kernel tools (broker asks the originating kernel to run list_variables, describe_dataframe, ...)
     KERNEL_TOOL_REQUEST = "kernel.tool_request"  # {request_id, run_id, tool, arguments}
     # control

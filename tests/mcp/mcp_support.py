@@ -22,6 +22,26 @@ def relay_test_server(name: str, notes: Path, *extra: str, timeout: float | None
 
 
 
+OLD_SDK_DIR = Path(os.environ.get("RELAY_OLD_MCP_DIR")
+                   or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "relay-test" / "old-mcp")
+
+
+def old_sdk_python(line: str) -> str:
+    """The interpreter of the MCP SDK ``line`` venv (``tests/mcp/make_old_sdk_venvs.sh``), or skip."""
+    import pytest
+
+    python = OLD_SDK_DIR / f"mcp-{line}" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"an MCP SDK {line} venv is not installed: tests/mcp/make_old_sdk_venvs.sh")
+    return str(python)
+
+
+def old_server(name: str, line: str) -> StdioServerConfig:
+    """``tests/mcp/old_sdk_server.py`` on the MCP SDK ``line`` (1.9: protocol 2025-03-26, 1.12: 2025-06-18)."""
+    return StdioServerConfig(name=name, command=old_sdk_python(line),
+                             args=[str(Path(__file__).parent / "old_sdk_server.py")])
+
+
 def config_of(*servers: StdioServerConfig) -> McpConfig:
     return McpConfig(servers={s.name: s for s in servers})
 

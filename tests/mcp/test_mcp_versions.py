@@ -10,7 +10,6 @@ Two kinds of server:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,20 +22,9 @@ from relay_jupyter.mcp.connection import McpConnection, McpToolError
 from relay_jupyter.mcp.elicitation import ElicitationAnswer, call_context
 from relay_jupyter.mcp.versions import SUPPORTED_PROTOCOL_VERSIONS, version_note
 
+from mcp_support import old_sdk_python, old_server
+
 HERE = Path(__file__).parent
-OLD_DIR = Path(os.environ.get("RELAY_OLD_MCP_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-               / "relay-test" / "old-mcp")
-
-
-def old_sdk_python(line: str) -> str:
-    python = OLD_DIR / f"mcp-{line}" / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"an MCP SDK {line} venv is not installed: tests/mcp/make_old_sdk_venvs.sh")
-    return str(python)
-
-
-def old_server(name: str, line: str) -> StdioServerConfig:
-    return StdioServerConfig(name=name, command=old_sdk_python(line), args=[str(HERE / "old_sdk_server.py")])
 
 
 def raw_server(name: str, version: str, *extra: str) -> StdioServerConfig:
