@@ -15,6 +15,14 @@ estimate, output above ``max_tokens``) clamped to the reservation and flagged; n
 cancelled or failed mid-stream its whole reservation. :meth:`Reservation.release` drops a hold
 for a request that was never sent.
 
+**Teams** (core/teams.py): when the origin's user belongs to teams, the request is also held
+against each team's day and month limits (ledger keys ``team:<name>``, day ``YYYY-MM-DD`` and month
+``YYYY-MM`` rows), all in one store transaction when the store offers one (``transaction``), in one
+fixed order of keys (two brokers never wait on each other's rows in opposite orders): the tightest
+limit refuses, and a refusal holds nothing. Without a transaction the holds already taken are
+released on a refusal (never an overspend; at worst a concurrent request near the limit is refused
+while they existed). Settling commits the same charge to every hold of the reservation.
+
 A hold whose broker died is never settled: it expires (``hold_ttl``, default 15 minutes) and the
 next reservation of any broker charges it in full, since the request it covered may have been
 sent. Until then it counts as held, so it is never free budget.
@@ -28,12 +36,14 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from .errors import Code, GateRefusal
 from .ports import Ledger
+from .teams import Team
 from .types import Grant, ToolSpec, Usage
 
 __all__ = ["HOLD_TTL", "BudgetLedger", "Charge", "RequestEstimate", "Reservation", "RunBudget", "TokenBucket",
@@ -123,10 +133,10 @@ class Reservation:
     judges the reported usage against it (:func:`judge_usage`)."""
 
     __slots__ = ("_book", "_done", "charge", "charged_usd", "cost_usd", "day", "estimate", "hold_id", "origin",
-                 "tokens")
+                 "team_holds", "tokens")
 
     def __init__(self, book: BudgetLedger, origin: str, day: str, tokens: int, cost_usd: float,
-                 hold_id: str, estimate: RequestEstimate | None = None) -> None:
+                 hold_id: str, estimate: RequestEstimate | None = None, team_holds: tuple[str, ...] = ()) -> None:
         self._book = book
         self.origin = origin
         self.day = day
@@ -134,6 +144,8 @@ class Reservation:
         self.cost_usd = cost_usd
         self.hold_id = hold_id
         self.estimate = estimate
+        self.team_holds = team_holds
+        """The holds of the same amount on the origin's teams' day and month rows (core/teams.py)."""
         self.charge: Charge | None = None
         """What the gate charged at settle (:func:`judge_usage`), None before."""
         self.charged_usd: float | None = None
@@ -173,10 +185,16 @@ class BudgetLedger:
     """
 
     def __init__(self, ledger: Ledger, *, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic, hold_ttl: float = HOLD_TTL) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, hold_ttl: float = HOLD_TTL,
+                 teams_for: Callable[[str], list[Team]] | None = None,
+                 transaction: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
         if not hold_ttl > 0:
             raise ValueError("hold_ttl must be positive")
         self._ledger = ledger
+        self._teams_for = teams_for
+        """origin -> the teams whose budgets its requests also draw from (core/teams.py)."""
+        self._transaction = transaction
+        """The store's transaction: a reservation's holds (origin and teams) commit together."""
         self._clock = clock
         self._mono = monotonic
         self._hold_ttl = float(hold_ttl)
@@ -251,16 +269,57 @@ class BudgetLedger:
                     f"(${used_c:.4f} used, ${held_c:.4f} in flight, ${cost_usd:.4f} requested)",
                     data={"limit": "cost_per_day_usd", "day": day})
 
-        hold_id = self._ledger.hold(origin, day, int(tokens), float(cost_usd), now=now,
-                                    expires_at=now + self._hold_ttl, check=check)
-        return Reservation(self, origin, day, tokens, float(cost_usd), hold_id, estimate)
+        teams = self._teams_for(origin) if self._teams_for is not None else []
+        if not teams:
+            hold_id = self._ledger.hold(origin, day, int(tokens), float(cost_usd), now=now,
+                                        expires_at=now + self._hold_ttl, check=check)
+            return Reservation(self, origin, day, tokens, float(cost_usd), hold_id, estimate)
+        scopes: list[tuple[str, str, Callable[[int, float, int, float], None]]] = [(origin, day, check)]
+        for team in teams:
+            for period, key_day, t_limit, c_limit in team.budget.limits(day):
+                scopes.append((team.key, key_day, _team_check(team.name, period, key_day, t_limit, c_limit,
+                                                              int(tokens), float(cost_usd))))
+        scopes.sort(key=lambda s: (s[0], s[1]))  # one order of row locks for every broker
+        self._ledger.sweep_holds(now)
+        ids = self._hold_all(scopes, int(tokens), float(cost_usd), now)
+        own = ids.pop(next(n for n, s in enumerate(scopes) if s[0] == origin and s[1] == day))
+        return Reservation(self, origin, day, tokens, float(cost_usd), own, estimate, tuple(ids))
+
+    def _hold_all(self, scopes: list[tuple[str, str, Callable[[int, float, int, float], None]]], tokens: int,
+                  cost_usd: float, now: float) -> list[str]:
+        """A hold on every scope, all or none (one transaction; else released again on a refusal)."""
+        def hold(key: str, day: str, check: Callable[[int, float, int, float], None]) -> str:
+            return self._ledger.hold(key, day, tokens, cost_usd, now=now, expires_at=now + self._hold_ttl,
+                                     check=check)
+
+        if self._transaction is not None:
+            with self._transaction():
+                return [hold(*scope) for scope in scopes]
+        taken: list[str] = []
+        try:
+            for scope in scopes:
+                taken.append(hold(*scope))
+        except BaseException:
+            for hold_id in taken:
+                try:
+                    self._ledger.finish_hold(hold_id, None, None)
+                except Exception:  # noqa: BLE001 - the hold then expires and is charged: never free budget
+                    pass
+            raise
+        return taken
 
     def _finish(self, res: Reservation, tokens: int | None, cost_usd: float | None) -> None:
         with self._finish_lock:
             if res._done:
                 return
             # one store transaction: commit, then drop the hold; if it fails the hold stays (spend counted)
-            self._ledger.finish_hold(res.hold_id, tokens, cost_usd)
+            if res.team_holds and self._transaction is not None:
+                with self._transaction():
+                    for hold_id in (res.hold_id, *res.team_holds):
+                        self._ledger.finish_hold(hold_id, tokens, cost_usd)
+            else:
+                for hold_id in (res.hold_id, *res.team_holds):
+                    self._ledger.finish_hold(hold_id, tokens, cost_usd)
             res._done = True
 
     def usage(self, origin: str, grant: Grant | None = None) -> dict:
@@ -285,7 +344,56 @@ class BudgetLedger:
             "cost_limit": budget.cost_per_day_usd if budget is not None else None,
             "rpm_limit": rpm,
             "rpm_available": available,
+            **({"teams": self.team_usage(origin, day)} if self._teams_for is not None else {}),
         }
+
+    def team_usage(self, origin: str, day: str | None = None) -> list[dict[str, Any]]:
+        """Per team of ``origin``: its day and month usage, live holds and limits, and ``remaining``
+        (the smallest of what its limits leave, in tokens and in dollars; None: no limit)."""
+        day = day or utc_day(self._clock())
+        out = []
+        for team in self._teams_for(origin) if self._teams_for is not None else []:
+            row: dict[str, Any] = {"team": team.name}
+            left_t: list[int] = []
+            left_c: list[float] = []
+            b = team.budget
+            for period, key_day, t_limit, c_limit in (("day", day, b.tokens_per_day, b.cost_per_day_usd),
+                                                      ("month", day[:7], b.tokens_per_month, b.cost_per_month_usd)):
+                used_t, used_c = self._ledger.usage(team.key, key_day)
+                held_t, held_c = self._ledger.held(team.key, key_day)
+                row[period] = {"key": key_day, "tokens": int(used_t), "cost_usd": float(used_c),
+                               "reserved_tokens": int(held_t), "reserved_cost_usd": max(0.0, float(held_c)),
+                               "tokens_limit": t_limit, "cost_limit": c_limit}
+                if t_limit is not None:
+                    left_t.append(max(0, t_limit - used_t - held_t))
+                if c_limit is not None:
+                    left_c.append(max(0.0, c_limit - used_c - held_c))
+            row["remaining_tokens"] = min(left_t) if left_t else None
+            row["remaining_cost_usd"] = min(left_c) if left_c else None
+            out.append(row)
+        return out
+
+
+def _team_check(team: str, period: str, key_day: str, t_limit: int | None, c_limit: float | None, tokens: int,
+                cost_usd: float) -> Callable[[int, float, int, float], None]:
+    """The check of one team period (day or month), for ``Ledger.hold``."""
+    word = "daily" if period == "day" else "monthly"
+
+    def check(used_t: int, used_c: float, held_t: int, held_c: float) -> None:
+        if t_limit is not None and not used_t + held_t + tokens <= t_limit:
+            raise GateRefusal(
+                Code.BUDGET_EXCEEDED,
+                f"team {team}'s {word} token budget of {t_limit} would be exceeded "
+                f"({used_t} used, {int(held_t)} in flight across the team, {tokens} requested)",
+                data={"limit": f"team_tokens_per_{period}", "team": team, period: key_day})
+        if c_limit is not None and not used_c + held_c + cost_usd <= c_limit:
+            raise GateRefusal(
+                Code.BUDGET_EXCEEDED,
+                f"team {team}'s {word} cost budget of ${c_limit:.2f} would be exceeded "
+                f"(${used_c:.4f} used, ${held_c:.4f} in flight across the team, ${cost_usd:.4f} requested)",
+                data={"limit": f"team_cost_per_{period}", "team": team, period: key_day})
+
+    return check
 
 
 def _stricter(a: int | None, b: int | None) -> int | None:
