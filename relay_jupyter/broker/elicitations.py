@@ -39,7 +39,7 @@ from ..protocol.names import EventType
 from .events import EventBus
 from .permissions import may_act_for
 
-__all__ = ["ACTIONS", "ElicitationRouter", "PendingElicitation"]
+__all__ = ["ACTIONS", "ElicitationRouter", "PendingElicitation", "router_of"]
 
 ACTIONS = ("accept", "decline", "cancel")
 _ENDED_KEEP = 10_000
@@ -209,3 +209,17 @@ class ElicitationRouter:
             self._resolve(pending, ElicitationAnswer("decline", answered_by=f"withdrawn:{reason}",
                                                      reason=f"withdrawn: the kernel {reason}"))
         return [p.request_id for p in ended]
+
+
+def router_of(broker: Any) -> ElicitationRouter:
+    """The broker's router, made on first use (``broker.elicitations``) with the consent timeout and
+    attached to its MCP registry, so every MCP connection asks through it."""
+    router = getattr(broker, "elicitations", None)
+    if router is None:
+        router = ElicitationRouter(broker.events, audit=broker.audit,
+                                   timeout=float(getattr(broker.config, "consent_timeout", 300.0)))
+        broker.elicitations = router
+    attach = getattr(getattr(broker, "mcp", None), "set_elicitation_handler", None)
+    if attach is not None:
+        attach(router)
+    return router

@@ -312,3 +312,33 @@ async def test_an_mcp_sdk_1_12_server_asks_through_the_card(broker: Broker) -> N
         await conn.close()
     assert secret["content"] == "answer: decline"
     assert len(events(broker, EventType.ELICITATION_REQUEST)) == 1  # the password form never became a card
+
+
+async def test_elicitation_answer_over_rpc_follows_the_addressee_rule(broker: Broker) -> None:
+    from relay_jupyter.broker.elicitations import router_of
+    from relay_jupyter.mcp.elicitation import ElicitationAsk
+
+    router = router_of(broker)
+    assert router_of(broker) is router
+    _message, fields = parse_form("Who?", NAME_FORM)
+    asking = asyncio.create_task(router(ElicitationAsk(server="s", message="Who?", fields=fields, context=Ctx(),
+                                                       tool="s__t")))
+    request = await next_request(broker)
+
+    async def rpc(caller: Caller, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+        return json.loads(await broker.dispatch(caller, body))
+
+    pending = await rpc(KERNEL, "elicitation.pending", {})
+    assert [r["request_id"] for r in pending["result"]["requests"]] == [request["request_id"]]
+    assert (await rpc(OTHER_KERNEL, "elicitation.pending", {}))["result"]["requests"] == []
+    refused = await rpc(OTHER_KERNEL, "elicitation.answer", {"request_id": request["request_id"], "action": "accept",
+                                                             "content": {"name": "Mallory"}})
+    assert refused["error"]["data"]["code"] == "NOT_ORIGINATOR"
+    bad = await rpc(KERNEL, "elicitation.answer", {"request_id": request["request_id"], "action": "yes"})
+    assert bad["error"]["code"] == -32602
+    ok = await rpc(KERNEL, "elicitation.answer", {"request_id": request["request_id"], "action": "accept",
+                                                  "content": {"name": "Ada"}})
+    assert ok["result"] == {"request_id": request["request_id"], "action": "accept", "answered_by": "kernel:aaa"}
+    answer = await asking
+    assert (answer.action, answer.content) == ("accept", {"name": "Ada"})

@@ -14,12 +14,12 @@ from types import ModuleType
 
 from .. import tools_methods  # tools.*: moves here as methods/tools.py with the tool seam (issue 14.1)
 from .. import runs as _runs_legacy  # run.start, run.cancel, conversations.*: moving to runs.py / conversations.py
-from . import audit, budget, checkpoints, grants, kernel, permissions, runs, trust, workspace
+from . import audit, budget, checkpoints, elicitation, grants, kernel, permissions, runs, trust, workspace
 
 __all__ = ["LEGACY", "MODULES"]
 
 #: The namespace modules, each with ``ACCESS`` and ``rpc``.
-MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, permissions, kernel, trust, checkpoints, workspace)
+MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, permissions, kernel, trust, checkpoints, workspace, elicitation)
 
 #: Modules outside this package that still register methods with the bare ``registry.method``.
 LEGACY: tuple[ModuleType, ...] = (tools_methods, _runs_legacy)
