@@ -105,6 +105,9 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
     migrate_legacy_keys(broker.runs.conversations,
                         None if broker.config.in_memory else relay_dir / "workspaces")
     broker.mcp = _mcp_registry(broker)
+    from .elicitations import router_of
+
+    router_of(broker)  # MCP servers' questions become cards in the notebook (docs/mcp.md, "Elicitation")
 
 
 def _mcp_registry(broker: Broker) -> Any:

@@ -161,6 +161,12 @@ class McpRegistry:
                 self._servers[name].connection.tools_changed = True
                 await self._connect(self._servers[name])
 
+    def set_elicitation_handler(self, handler: Any) -> None:
+        """Who asks the user when a server sends ``elicitation/create`` during a call (the broker's
+        ``ElicitationRouter``; docs/mcp.md, "Elicitation"). None declines every question."""
+        for server in self._servers.values():
+            server.connection.elicitation_handler = handler
+
     # -- catalogue -------------------------------------------------------------------------
 
     def _classified(self, spec: ToolSpec) -> ToolSpec:

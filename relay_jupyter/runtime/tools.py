@@ -302,11 +302,14 @@ class McpToolsProvider:
     async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                    approved_preview: dict[str, Any]) -> ToolResult:
         """Call the tool on its server (timeouts and output caps are the registry's)."""
+        from ..mcp.elicitation import call_context
+
         digest = approved_preview.get("tool_digest")
         hints = approved_preview.get("tool_hints")
-        if hints is None:
-            return as_result(await self._registry.call(name, args, expected_digest=digest))
-        return as_result(await self._registry.call(name, args, expected_digest=digest, expected_hints=hints))
+        with call_context(ctx):  # a server's question during this call goes to ctx's notebook (elicitation)
+            if hints is None:
+                return as_result(await self._registry.call(name, args, expected_digest=digest))
+            return as_result(await self._registry.call(name, args, expected_digest=digest, expected_hints=hints))
 
 
 class ToolIndex:
