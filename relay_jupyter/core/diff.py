@@ -9,7 +9,12 @@ the boundary-shifting canonicalisation) so that the hunks come out the same, byt
 Lines are split on ``\\n`` only, like GNU diff: a lone CR is part of its line and a CRLF line ends in
 ``\\r\\n``. A final line without a newline is a different line from the same text with one.
 
-Large files are never diffed whole: :func:`unified_diff_spans` takes the byte spans an edit replaced
+:func:`unified_diff` (the push card, ``workspace.diff``, ``relay.diff`` in a kernel) finds the identical
+head and tail on bytes and splits only the middle into lines; the analysis makes its per-line passes at
+C speed (see :mod:`.diff_analysis`). Still Python: on an 8 MB file it is a few times GNU's time
+(``benchmarks/bench_diff.py``).
+
+For an edit whose spans are known, large files are never diffed whole: :func:`unified_diff_spans` takes the byte spans an edit replaced
 and diffs only the windows around them (GNU's own "identical prefix and suffix" trimming, done per
 window). When all changes fall within one window the result is exactly GNU's; with several distant
 windows each is analysed like its own GNU run. Files under :data:`EXACT_LIMIT` are analysed whole, so
@@ -171,21 +176,130 @@ def _format(changes: list[Change], old_line, new_line, n0: int, n1: int,
 
 def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str = "b",
                  budget: int | None = None) -> DiffResult:
-    """Diff two whole byte strings (for small files and tests). Same output as ``diff -u --label``.
+    """Diff two whole byte strings. Same output as ``diff -u --label``, for files of any size.
+
+    The identical head and tail are found on bytes (slices compared at C speed) and only the middle,
+    with GNU's horizon lines, is split into lines; those are analysed as GNU does (``analyze``).
 
     Raises:
         WorkExceeded: only with a ``budget``, when the exact search would exceed it.
     """
-    a, b = split_lines(old), split_lines(new)
-    pre, suf = _trim(a, b)
-    if pre == len(a) and pre == len(b):
+    if old == new:
         return DiffResult(b"", None, 0)
-    lo = max(pre - _HORIZON, 0)
-    hi0 = min(len(a) - suf + _HORIZON, len(a))
-    hi1 = min(len(b) - suf + _HORIZON, len(b))
-    ch0, ch1 = analyze(a[lo:hi0], b[lo:hi1], hi0 - lo, hi1 - lo, None if budget is None else [budget])
-    changes = changes_of(ch0, ch1, lo, lo)
-    return _format(changes, a.__getitem__, b.__getitem__, len(a), len(b), old_label, new_label)
+    # Whole identical lines at the start; then at the end, not reaching back into them.
+    pre_end = old.rfind(b"\n", 0, _common_prefix(old, new)) + 1
+    xa = len(old) - _common_suffix(old, new, min(len(old), len(new)) - pre_end)
+    xb = xa + len(new) - len(old)
+    if not (_line_starts(old, xa, pre_end) and _line_starts(new, xb, pre_end)):
+        # inside the common tail newlines are at the same places in both files: the next one
+        k = old.find(b"\n", xa)
+        xa = len(old) if k < 0 else k + 1
+        xb = xa + len(new) - len(old)
+    # GNU keeps _HORIZON identical lines on each side of the differing middle
+    lo = pre_end
+    for _ in range(_HORIZON):
+        if lo == 0:
+            break
+        lo = old.rfind(b"\n", 0, lo - 1) + 1
+    hi0 = xa
+    for _ in range(_HORIZON):
+        if hi0 >= len(old):
+            break
+        hi0 = _line_end(old, hi0)
+    hi1 = xb + (hi0 - xa)
+    # A run slid into the horizon lines has its context beyond them: CONTEXT more lines each side are
+    # split too (for the output only).
+    out_lo, out_hi0 = _extend(old, lo, hi0, CONTEXT)
+    out_hi1 = hi1 + (out_hi0 - hi0)
+    a, b = _split(old[out_lo:out_hi0]), _split(new[out_lo:out_hi1])
+    base = old.count(b"\n", 0, out_lo)
+    skip = old.count(b"\n", out_lo, lo)
+    tail0, tail1 = old.count(b"\n", hi0, out_hi0), new.count(b"\n", hi1, out_hi1)
+    if out_hi0 == len(old) and old and not old.endswith(b"\n") and hi0 < out_hi0:
+        tail0 += 1
+    if out_hi1 == len(new) and new and not new.endswith(b"\n") and hi1 < out_hi1:
+        tail1 += 1
+    ra, rb = a[skip:len(a) - tail0], b[skip:len(b) - tail1]
+    ch0, ch1 = analyze(ra, rb, len(ra), len(rb), None if budget is None else [budget])
+    changes = changes_of(ch0, ch1, base + skip, base + skip)
+    n0, n1 = _count_lines(old), _count_lines(new)
+
+    def line_of(lines: list[bytes]):
+        def line(i: int) -> bytes:
+            text = lines[i - base]
+            return text[:-1] if text[-1:] == _NO_EOL else text + b"\n"
+        return line
+
+    def old_block(i: int, j: int) -> bytes:
+        run = a[i - base:j - base]
+        text = b"\n".join(run)
+        return text[:-1] if run[-1][-1:] == _NO_EOL else text + b"\n"
+
+    return _format(changes, line_of(a), line_of(b), n0, n1, old_label, new_label, old_block=old_block)
+
+
+#: Marks the last line of a file that has no newline (:func:`_split` appends it): no other line of
+#: the split contains one, so the line stays different from the same text with a newline.
+_NO_EOL = b"\n"
+_CHUNK = 1 << 16
+
+
+def _split(chunk: bytes) -> list[bytes]:
+    """Lines of a chunk that ends at a line boundary or at the end of the file, without their newline
+    (one C-speed ``split``); a last line without a newline ends in :data:`_NO_EOL`."""
+    lines = chunk.split(b"\n")
+    last = lines.pop()
+    if last:
+        lines.append(last + _NO_EOL)
+    return lines
+
+
+def _count_lines(data: bytes) -> int:
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _line_starts(data: bytes, pos: int, floor: int) -> bool:
+    return pos == floor or data[pos - 1:pos] == b"\n"
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix: 64 KiB slices compared at C speed, then a bisection."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n:
+        k = min(_CHUNK, n - i)
+        if a[i:i + k] == b[i:i + k]:
+            i += k
+            continue
+        lo, hi = i, i + k  # equal below lo, first difference in [lo, hi)
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            if a[lo:mid] == b[lo:mid]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return n
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the common suffix, at most ``limit``."""
+    la, lb = len(a), len(b)
+    i = 0
+    while i < limit:
+        k = min(_CHUNK, limit - i)
+        if a[la - i - k:la - i] == b[lb - i - k:lb - i]:
+            i += k
+            continue
+        lo, hi = i, i + k
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            if a[la - mid:la - lo] == b[lb - mid:lb - lo]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return limit
 
 
 def _replace_middle(old: bytes, new: bytes, old_label: str, new_label: str) -> DiffResult:

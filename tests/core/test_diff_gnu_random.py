@@ -178,3 +178,47 @@ if __name__ == "__main__":  # a longer search: python -m tests.core.test_diff_gn
                 bad += 1
                 print(exc, flush=True)
     print(f"{count} seeds, {bad} mismatches")
+
+
+def _whole_case(rng: random.Random) -> tuple[bytes, bytes]:
+    """Two short files of a few repeated lines (blank lines, a CR line), a few edits, either file
+    possibly without its last newline: where the identical head and tail, GNU's horizon lines and a
+    run slid into them meet."""
+    alpha = [b"%d" % i for i in range(rng.choice([2, 3, 5, 50]))] + [b"", b"x\r"]
+    a = [rng.choice(alpha) for _ in range(rng.randint(0, 40))]
+    b = list(a)
+    for _ in range(rng.randint(0, 5)):
+        op, k = rng.random(), rng.randint(0, len(b))
+        if op < 0.4:
+            b[k:k] = [rng.choice(alpha) for _ in range(rng.randint(1, 4))]
+        elif op < 0.8:
+            del b[k:k + rng.randint(1, 4)]
+        else:
+            b[k:k + 1] = [b"n%d" % rng.randint(0, 3)]
+    old = b"\n".join(a) + (b"\n" if rng.random() < 0.7 else b"")
+    new = b"\n".join(b) + (b"\n" if rng.random() < 0.7 else b"")
+    return old, new
+
+
+def test_whole_file_diff_is_gnu_on_random_small_files(tmp_path: Path) -> None:
+    from relay_jupyter.core.diff import unified_diff
+
+    rng = random.Random(18)
+    for case in range(600):
+        old, new = _whole_case(rng)
+        assert unified_diff(old, new).text == gnu(tmp_path, old, new), f"case {case}: {old!r} -> {new!r}"
+
+
+def test_whole_file_diff_is_gnu_on_a_large_file_with_far_edits_and_replace_all(tmp_path: Path) -> None:
+    """The general ``unified_diff`` (push card, workspace.diff) on the benchmark's shapes, smaller."""
+    from relay_jupyter.core.diff import unified_diff
+
+    old = b"".join(b"line %06d " % i + b"x" * 28 + b"\n" for i in range(30_000))
+    new = apply_edits(old, [Edit(f"line {i:06d} ", f"LINE {i:06d} changed\nextra line\n")
+                            for i in (3, 15_000, 29_998)], path="f").content
+    assert unified_diff(old, new).text == gnu(tmp_path, old, new)
+    old = b"".join((b"k = %d\n" % i) if i % 16 == 0 else (b"value %d " % i + b"y" * 28 + b"\n")
+                   for i in range(30_000))
+    new = apply_edits(old, [Edit("k = ", "key = ", replace_all=True)], path="f").content
+    assert unified_diff(old, new).text == gnu(tmp_path, old, new)
+    assert unified_diff(old + b"tail", new + b"tail").text == gnu(tmp_path, old + b"tail", new + b"tail")
