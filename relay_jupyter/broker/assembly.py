@@ -82,7 +82,8 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
     relay_dir = Path(broker.config.data_dir) if broker.config.data_dir else data_dir()
     if not broker.config.in_memory:
         # checkpoints carry the broker's lease: reconcile settles only those of dead brokers
-        broker.checkpoints = CheckpointJournal(relay_dir / "relay.db", owner=getattr(broker.store, "owner_id", None))
+        broker.checkpoints = CheckpointJournal(relay_dir / "relay.db", owner=getattr(broker.store, "owner_id", None)) \
+            if not broker.config.store_url else broker.store.checkpoints  # PostgreSQL: in the shared database
         manager = WorkspaceManager(relay_dir / "workspaces")
         protected = protected_paths(broker, root, relay_dir, config_dirs)
         broker.workspace_tools = WorkspaceTools(manager, root, broker.checkpoints, protected,
@@ -124,6 +125,7 @@ def _mcp_registry(broker: Broker) -> Any:
 async def start_components(broker: Broker) -> None:
     """Start the broker's lease and storage check, connect the MCP servers (failures are recorded
     per server, never raised)."""
+    broker.metrics.start_loop_probe()  # relay_event_loop_lag_seconds in /metrics (issue 18)
     broker.start_maintenance()
     if broker.mcp is not None:
         await broker.mcp.start()
@@ -131,6 +133,7 @@ async def start_components(broker: Broker) -> None:
 
 async def stop_components(broker: Broker) -> None:
     """Cancel runs and stop MCP server processes."""
+    broker.metrics.stop_loop_probe()
     if broker.runs is not None:
         try:
             await asyncio.wait_for(broker.runs.aclose(), timeout=10)
