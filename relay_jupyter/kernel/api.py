@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import difflib
 from typing import Any
 
 from ..protocol.names import Method
@@ -188,9 +187,11 @@ class Relay:
         from .widgets.diff_view import DiffView
 
         if new is not None:
-            lines = difflib.unified_diff(path.splitlines(keepends=True), new.splitlines(keepends=True),
-                                         "a", "b")
-            return DiffView("".join(lines))
+            # the broker's diff engine (GNU ``diff -u`` output, byte for byte), not difflib (issue 14.7)
+            from ..core.diff import unified_diff
+
+            text = unified_diff(path.encode(), new.encode(), old_label="a", new_label="b").text
+            return DiffView(text.decode("utf-8", errors="replace"))
         chat_state = self._session.book.chats.get(chat)
         conversation = chat_state.conversation if chat_state else chat
         try:
