@@ -74,7 +74,7 @@ class RunFollower:
             kind = event.get("type")
             data = event.get("data") or {}
             request_id = str(data.get("request_id", ""))
-            if kind in (EventType.PERMISSION_REQUEST, EventType.KERNEL_TOOL_REQUEST):
+            if kind in (EventType.PERMISSION_REQUEST, EventType.KERNEL_TOOL_REQUEST, EventType.ELICITATION_REQUEST):
                 if request_id in self.seen_requests:
                     continue
                 self.seen_requests.add(request_id)
@@ -86,6 +86,10 @@ class RunFollower:
                 await self._permission(data)
             elif kind == EventType.KERNEL_TOOL_REQUEST:
                 await self._kernel_tool(data)
+            elif kind == EventType.ELICITATION_REQUEST:
+                await self._elicitation(data)
+            elif kind == EventType.ELICITATION_RESOLVED and data.get("refused"):
+                self._elicitation_refused(data)
             elif kind in (EventType.TOOL_PROPOSED, EventType.TOOL_DECIDED, EventType.TOOL_FINISHED):
                 self._step(kind, data)
             elif kind == EventType.PERMISSION_TIMEOUT or (
@@ -256,6 +260,47 @@ class RunFollower:
                 return {"decision": "cancelled", "answered_by": "the end of the run"}
             self.backlog.append(event)
         return None
+
+    async def _elicitation(self, data: dict[str, Any]) -> None:
+        """An MCP server's question (docs/mcp.md, "Elicitation"): a form card on the widget surface,
+        declined in one line elsewhere; ended at once when the broker resolves it first (a kill, its
+        deadline, the user's browser)."""
+        from .widgets.elicitation_card import answer_elicitation
+
+        self.view.pause()
+        request_id = str(data.get("request_id", ""))
+        cards: list[Any] = []
+        asking = asyncio.ensure_future(answer_elicitation(
+            data, self.surface, self.client, timeout=self.session.policy.timeout,
+            method=Method.ELICITATION_ANSWER, on_card=cards.append))
+        assert self.queue is not None
+        while not asking.done():
+            getting = asyncio.ensure_future(self.queue.get())
+            done, _ = await asyncio.wait({asking, getting}, return_when=asyncio.FIRST_COMPLETED)
+            if getting not in done:
+                getting.cancel()
+                break
+            event = getting.result()
+            edata = event.get("data") or {}
+            if event.get("type") == EventType.ELICITATION_RESOLVED and str(edata.get("request_id")) == request_id:
+                asking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asking
+                for card in cards:
+                    card.mark(str(edata.get("action") or "decline"), str(edata.get("answered_by") or "the broker"),
+                              float(edata.get("answered_at") or time.time()))
+                break
+            self.backlog.append(event)
+        if asking.done() and not asking.cancelled() and asking.exception() is not None:
+            print(f"relay: the answer to the MCP server's question was not sent: {asking.exception()}")
+        self.view.resume("⏳ *working…*")
+
+    def _elicitation_refused(self, data: dict[str, Any]) -> None:
+        from .widgets.elicitation_card import refused_line
+
+        self.view.pause()
+        print(refused_line(data), flush=True)
+        self.view.resume()
 
     async def _kernel_tool(self, data: dict[str, Any]) -> None:
         tool = str(data.get("tool", ""))

@@ -341,8 +341,8 @@ def check_answer(fields: tuple[FormField, ...] | list[FormField], content: Any) 
     out: dict[str, Any] = {}
     for f in fields:
         value = content.get(f.name)
-        if value is None or (value == "" and f.kind == "string" and not f.required):
-            if f.required:
+        if value is None or (value == "" and f.kind == "string"):
+            if f.required:  # an empty required text box is a missing answer, not an answer
                 raise ValueError(f"{f.title or f.name}: required")
             continue
         out[f.name] = _check_value(f, value)
