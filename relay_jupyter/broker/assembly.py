@@ -82,7 +82,8 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
     relay_dir = Path(broker.config.data_dir) if broker.config.data_dir else data_dir()
     if not broker.config.in_memory:
         # checkpoints carry the broker's lease: reconcile settles only those of dead brokers
-        broker.checkpoints = CheckpointJournal(relay_dir / "relay.db", owner=getattr(broker.store, "owner_id", None))
+        broker.checkpoints = CheckpointJournal(relay_dir / "relay.db", owner=getattr(broker.store, "owner_id", None)) \
+            if not broker.config.store_url else broker.store.checkpoints  # PostgreSQL: in the shared database
         manager = WorkspaceManager(relay_dir / "workspaces")
         protected = protected_paths(broker, root, relay_dir, config_dirs)
         broker.workspace_tools = WorkspaceTools(manager, root, broker.checkpoints, protected,

@@ -63,7 +63,8 @@ class Broker:
         self.pricing = Pricing(config.pricing or None)
         self.grants = GrantBook(store)
         # a hold outlives the longest model turn (then it is a crashed broker's: charged in full, docs/gate.md §6)
-        self.ledger = BudgetLedger(store, hold_ttl=max(HOLD_TTL, 2 * config.turn_timeout + 60))
+        self.ledger = BudgetLedger(store, hold_ttl=max(HOLD_TTL, 2 * config.turn_timeout + 60),
+                                   **_team_budgets(config, store))
         self.gate = Gate(grants=self.grants, ledger=self.ledger, audit=self.audit, pricing=self.pricing,
                          consent_timeout=config.consent_timeout)
         self.events = EventBus(store)
@@ -99,9 +100,17 @@ class Broker:
             from .config import check_private_file
 
             check_private_file(Path(config.secrets_file))
-        store = Store.open(root / "relay.db")
+        if config.store_url:  # a PostgreSQL store shared by several brokers (docs/multi-user.md)
+            from ..storage.postgres import PgAuditMirror, PostgresStore
+
+            store = PostgresStore.open(config.store_url, password_file=config.store_password_file,
+                                       secrets_file=config.secrets_file)
+        else:
+            store = Store.open(root / "relay.db")
         try:
             audit = AuditLog(root / config.audit_file)
+            if config.store_url:  # the JSON-lines file stays the local copy; the database's is the team's
+                audit = PgAuditMirror(audit, store)  # type: ignore[arg-type]
         except BaseException:
             store.close()
             raise
@@ -234,6 +243,16 @@ class _Combined:
 
     def close(self) -> None:
         return None
+
+
+def _team_budgets(config: BrokerConfig, store: object) -> dict[str, object]:
+    """The team options of the broker's BudgetLedger (core/teams.py): none when no team is configured."""
+    if not config.teams:
+        return {}
+    from ..core.teams import Teams, default_user, teams_for_origin
+
+    return {"teams_for": teams_for_origin(Teams.from_config(config.teams), config.user or default_user()),
+            "transaction": getattr(store, "transaction", None)}
 
 
 def require(component: Any, what: str) -> Any:

@@ -97,6 +97,18 @@ class BrokerConfig(BaseModel):
     secrets_file: Path | None = None
     """A 0600 file with keys (read by ``backends/keys.py``); refused when group/world accessible."""
     mcp_config_path: Path | None = None
+    store_url: str | None = None
+    """``postgresql://user@host:port/db``: a PostgreSQL store shared by several brokers (docs/multi-user.md);
+    None: the SQLite file in ``data_dir``. Never with a password (it is refused: URLs end up in logs)."""
+    store_password_file: Path | None = None
+    """A 0600 file holding only the database password of ``store_url`` (else the secrets file's
+    ``store_password``, else libpq's ``~/.pgpass``)."""
+    teams: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Team budgets: ``{name: {members: [user, ...], tokens_per_day, cost_per_day_usd, tokens_per_month,
+    cost_per_month_usd}}`` (core/teams.py). Members' notebooks draw from them together."""
+    user: str | None = None
+    """The user this broker's notebooks belong to (team membership); None: ``$JUPYTERHUB_USER``, else the
+    login name. Origins ``user:<name>/...`` name their own user."""
     read_roots: tuple[str, ...] = ("{notebook_dir}",)
     """Directories (relative to the Jupyter root) a ``scratch_pull`` reads without a card; elsewhere a pull
     is a write (one click). ``{notebook_dir}``: the calling notebook's own directory (daemon clients have
@@ -118,6 +130,27 @@ class BrokerConfig(BaseModel):
     """Environment variables scrubbed from every kernel's environment."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Settings of components wired later (runtime, MCP), passed through untouched."""
+
+    @model_validator(mode="after")
+    def _store_and_teams(self) -> BrokerConfig:
+        """A store URL without a password and a valid team list, else refused at start in one line."""
+        if self.store_url is not None:
+            from urllib.parse import parse_qs, urlsplit
+
+            parts = urlsplit(self.store_url)
+            if parts.scheme not in ("postgresql", "postgres"):
+                raise ConfigRefusal(Code.CONFIG_INVALID, "c.RelayApp.store_url must be a postgresql://user@host:port/db URL")
+            if parts.password or "password" in parse_qs(parts.query):
+                raise ConfigRefusal(Code.CONFIG_INVALID, "c.RelayApp.store_url carries a password: remove it and put "
+                                    "it in c.RelayApp.store_password_file (mode 0600) or the secrets file's store_password")
+        if self.teams:
+            from ..core.teams import Teams
+
+            try:
+                Teams.from_config(self.teams)
+            except ValueError as exc:
+                raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp.teams: {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _endpoint_policy(self) -> BrokerConfig:

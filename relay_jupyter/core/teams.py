@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["TEAM_PREFIX", "Team", "TeamBudget", "Teams", "month_of", "team_key", "user_of_origin"]
+__all__ = ["TEAM_PREFIX", "Team", "TeamBudget", "Teams", "default_user", "month_of", "team_key", "teams_for_origin",
+           "user_of_origin"]
 
 TEAM_PREFIX = "team:"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -170,6 +171,27 @@ class Teams:
         if team is None:
             raise KeyError(name)
         return Teams([*(t for t in self if t.name != name), team.model_copy(update={"budget": budget})])
+
+
+def default_user() -> str | None:
+    """The user a single-user broker serves: ``$JUPYTERHUB_USER`` (a hub's single-user server), else
+    the login name (None when there is none)."""
+    import getpass
+    import os
+
+    try:
+        return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
+def teams_for_origin(teams: Teams, user: str | None) -> Callable[[str], list[Team]]:
+    """``origin -> teams`` for :class:`~relay_jupyter.core.budgets.BudgetLedger`: the teams of the
+    origin's user (``user:<name>/…``), else of ``user`` (the broker's)."""
+    def of(origin: str) -> list[Team]:
+        return teams.of_user(user_of_origin(origin, user))
+
+    return of
 
 
 def _first_error(exc: Exception) -> str:

@@ -80,6 +80,14 @@ class RelayApp(ExtensionApp):
                               help="Seconds a model turn may go without content; keep-alive pings do not count.")
     secrets_file = Unicode("", config=True, help="A 0600 file holding keys; refused when others can read it.")
     mcp_config_path = Unicode("", config=True, help="Path of mcp.json (MCP servers to connect).")
+    store_url = Unicode("", config=True,
+                        help="postgresql://user@host:port/db: a PostgreSQL store shared by several brokers "
+                             "(pip install relay-jupyter[postgres]; never with a password). Empty: SQLite in data_dir.")
+    store_password_file = Unicode("", config=True, help="A 0600 file holding the database password of store_url.")
+    teams = Dict(config=True, help="Team budgets: {name: {members: [user, ...], tokens_per_day, cost_per_day_usd, "
+                                   "tokens_per_month, cost_per_month_usd}} (docs/multi-user.md).")
+    user = Unicode("", config=True, help="The user whose teams this server's notebooks draw from "
+                                          "(default: $JUPYTERHUB_USER, else the login name).")
     pricing = Dict(config=True, help="Per-model price overrides, USD per million tokens: "
                                       "{model: {input, output, cache_write, cache_read}}.")
     default_model = Unicode("claude-sonnet-4-5", config=True, help="Model used when a run names none.")
@@ -123,6 +131,10 @@ class RelayApp(ExtensionApp):
             turn_idle_timeout=self.turn_idle_timeout,
             secrets_file=Path(self.secrets_file) if self.secrets_file else None,
             mcp_config_path=Path(self.mcp_config_path) if self.mcp_config_path else None,
+            store_url=self.store_url or None,
+            store_password_file=Path(self.store_password_file) if self.store_password_file else None,
+            teams=dict(self.teams),
+            user=self.user or None,
             pricing=dict(self.pricing),
             default_model=self.default_model,
             default_backend=self.default_backend,
