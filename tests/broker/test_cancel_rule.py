@@ -83,7 +83,7 @@ async def test_only_the_originator_or_the_browser_cancels_a_live_run(broker, fak
     assert await _terminal(broker, panel_run) == [EventType.CANCELLED]
 
 
-@pytest.mark.parametrize("method", ["runs.cancel"])
+@pytest.mark.parametrize("method", CANCEL_METHODS)
 async def test_the_rule_is_the_same_once_the_run_has_ended(broker, fake, method):
     run_id = await _start(broker, fake, "c1")
     await call_method(broker, KERNEL, method, {"run_id": run_id})

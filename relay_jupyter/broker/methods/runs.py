@@ -1,4 +1,4 @@
-"""``runs.*`` (the run journal: list, get, cancel) and ``kill`` (stop every run of a notebook).
+"""``run.cancel``, ``runs.*`` (the run journal: list, get, cancel) and ``kill`` (stop every run of a notebook).
 
 Access (:data:`~._access.RUNS`, one rule for ``run.*`` and ``runs.*``): a kernel sees its own origin's
 runs, a browser session every origin's; another notebook's run looks missing (``NOT_FOUND``). A run is
@@ -20,6 +20,7 @@ from ...protocol.models_control import (
     RunsListParams,
     RunsListResult,
 )
+from ...protocol.models_runs import RunCancelParams, RunCancelResult
 from ...protocol.names import Method
 from ._access import RUNS, Namespace, Request, Scope
 
@@ -27,6 +28,13 @@ __all__ = ["ACCESS", "rpc"]
 
 ACCESS = RUNS
 rpc = Namespace(ACCESS, "runs", "run", "kill")
+
+
+@rpc.method(Method.RUN_CANCEL, RunCancelParams, RunCancelResult, scope=Scope.ANY,
+            doc="Cancel a run: only its originator or a browser session of the server's user (as runs.cancel). "
+                "False when it already ended.")
+async def run_cancel(req: Request, params: RunCancelParams) -> RunCancelResult:
+    return RunCancelResult(cancelled=ACCESS.cancel(req, params.run_id))
 
 
 @rpc.method(Method.RUNS_LIST, RunsListParams, RunsListResult, scope=Scope.ANY,
