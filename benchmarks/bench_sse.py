@@ -8,8 +8,9 @@
    in-process subscriber and, through the handler, by an SSE client in its *own process* (as a
    kernel or a browser is); both note ``time.perf_counter()`` (CLOCK_MONOTONIC, one clock for the
    whole machine) on receipt. The added latency of an event is (SSE receipt - direct receipt); the
-   figure is its p99, best of ``LAT_ROUNDS`` runs. Target: <= 2 ms (reported against a 2 ms
-   baseline, so the ratio target is 1.0).
+   figure is its p99 per run, over ``LAT_ROUNDS`` runs: the **median run** and the **worst run** are
+   reported (never the best of them; issue 18). Target: the median run <= 2 ms (reported against a
+   2 ms baseline, so the ratio target is 1.0); the worst run has no target.
 
    Why not the earlier method (the SSE client in the server's own event loop, and p99 of a separate
    SSE run minus p99 of a separate direct run): instrumenting it showed the handler's part (offer
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -38,7 +40,7 @@ N = 20_000
 BATCH = 100
 RATE = 500
 SECONDS = 4
-LAT_ROUNDS = 3
+LAT_ROUNDS = 5
 
 # The SSE client of the latency figure, run in its own process: reads the stream, notes when each
 # "lat" frame arrives, prints {id: perf_counter} as JSON when it has them all.
@@ -214,15 +216,18 @@ async def _main() -> dict[str, float]:
     for added, d, r in paired:
         print(f"[sse] client process, paired: p99 added {added * 1e3:.2f} ms (p99 delay direct {d * 1e3:.2f} ms, "
               f"via SSE {r * 1e3:.2f} ms)", file=sys.stderr)
-    return {"direct": direct, "relayed": relayed, "added": min(a for a, _, _ in paired)}
+    added = sorted(a for a, _, _ in paired)
+    return {"direct": direct, "relayed": relayed, "added_median": statistics.median(added), "added_worst": added[-1]}
 
 
 def run(report) -> None:
     """Report SSE throughput vs direct reading, and p99 added latency at 500 events/s."""
     r = asyncio.run(_main())
     report("sse: 20k events through the handler (time)", r["relayed"], r["direct"], "s", target=1 / 0.9)
-    added_ms = max(0.0, r["added"] * 1000)
-    report("sse: p99 added latency at 500 ev/s, client process (vs 2 ms budget)", added_ms, 2.0, "ms", target=1.0)
+    report(f"sse: p99 added latency at 500 ev/s, median of {LAT_ROUNDS} runs (vs 2 ms budget)",
+           max(0.0, r["added_median"] * 1000), 2.0, "ms", target=1.0)
+    report(f"sse: p99 added latency at 500 ev/s, worst of {LAT_ROUNDS} runs (vs 2 ms budget)",
+           max(0.0, r["added_worst"] * 1000), 2.0, "ms")
 
 
 if __name__ == "__main__":

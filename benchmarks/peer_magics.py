@@ -7,7 +7,7 @@ Every variant gets the same paced answer (600 tokens, first at 0.1 s, then 100 t
 fake Anthropic server on 127.0.0.1 (``benchmarks/peers/fake.py``). Each round starts a fresh kernel
 per variant, in a rotating order, and runs two cells in it:
 
-- the load cell: ``import anthropic`` (sdk), ``%load_ext relay_jupyter`` (agent), ``%load_ext
+- the load cell: ``import anthropic`` and the client built once (sdk), ``%load_ext relay_jupyter`` (agent), ``%load_ext
   jupyter_ai_magics`` (v2), ``%load_ext jupyter_ai_magic_commands`` (v3);
 - the answer cell: a ``messages.stream`` loop printing each text delta (sdk), ``%%agent`` (agent), ``%%ai
   anthropic-chat:MODEL -m {"base_url":...}`` (v2), ``%%ai anthropic/MODEL --api-base ...`` (v3).
@@ -95,14 +95,17 @@ class Results:
 
 def variants(base_url: str) -> dict[str, Variant]:
     """The load and answer cells of each variant, pointed at the fake at ``base_url``."""
+    # The SDK's client is built once, in the load cell, as a user would (issue 18: building it inside
+    # the timed cell charged the SDK ~0.1 s the broker's warm client never pays).
+    sdk_load = ("import anthropic\n"
+                f"client = anthropic.Anthropic(api_key={API_KEY!r}, base_url={base_url!r}, max_retries=0)")
     sdk_cell = (
-        f"client = anthropic.Anthropic(api_key={API_KEY!r}, base_url={base_url!r}, max_retries=0)\n"
         f"with client.messages.stream(model={MODEL!r}, max_tokens=2048,\n"
         f"                            messages=[{{'role': 'user', 'content': {PROMPT!r}}}]) as stream:\n"
         "    for text in stream.text_stream:\n"
         "        print(text, end='', flush=True)\n")
     return {
-        "sdk": Variant("sdk", "import anthropic", sdk_cell, kernelspec="relay-bench-ours"),
+        "sdk": Variant("sdk", sdk_load, sdk_cell, kernelspec="relay-bench-ours"),
         # --new: a fresh conversation per cell. Without it the kernel names its conversation "default",
         # and the broker refuses a second notebook's "default" (conversation ids are not per origin):
         # every round after the first would fail with NOT_FOUND (reported; see benchmarks/README.md)
@@ -293,8 +296,8 @@ def targets(summary: dict[str, dict[str, Any]]) -> list[tuple[str, float, float,
     out = []
     agent = summary.get("agent")
     if agent and "sdk" in summary:
-        out.append(("%%agent first text vs direct SDK", agent["first"]["median"], summary["sdk"]["first"]["median"],
-                    1.1))
+        out.append(("%%agent first text vs a warm direct SDK client", agent["first"]["median"],
+                    summary["sdk"]["first"]["median"], 1.05))
     if agent and "v2" in summary:
         out.append(("%load_ext relay_jupyter vs jupyter_ai_magics", agent["load"]["median"],
                     summary["v2"]["load"]["median"], 0.25))

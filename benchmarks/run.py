@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import sys
 import time
 import traceback
@@ -36,6 +37,8 @@ class Row:
     baseline: float
     unit: str
     target: float | None
+    load: float = 0.0
+    """1-minute load average (``os.getloadavg``) when the figure was reported."""
 
     @property
     def ratio(self) -> float:
@@ -80,10 +83,10 @@ def _fmt(x: float) -> str:
 
 
 def print_table(rows: list[Row], out=sys.stdout) -> None:
-    header = ["benchmark", "name", "value", "baseline", "ratio", "target", "ok"]
+    header = ["benchmark", "name", "value", "baseline", "ratio", "target", "ok", "load"]
     cells = [[r.bench, r.name, f"{_fmt(r.value)} {r.unit}", f"{_fmt(r.baseline)} {r.unit}", f"{r.ratio:.2f}×",
               "" if r.target is None else f"≤ {r.target:.2f}×",
-              "" if r.ok is None else ("yes" if r.ok else "NO")] for r in rows]
+              "" if r.ok is None else ("yes" if r.ok else "NO"), f"{r.load:.1f}"] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
     line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
     print(line, file=out)
@@ -107,15 +110,17 @@ def main(argv: list[str] | None = None) -> int:
 
         def report(name: str, value: float, baseline: float, unit: str, target: float | None = None,
                    _bench: str = bench) -> None:
-            rows.append(Row(_bench, name, float(value), float(baseline), unit, target))
+            rows.append(Row(_bench, name, float(value), float(baseline), unit, target, os.getloadavg()[0]))
 
         t0 = time.perf_counter()
+        print(f"[{bench}] start, load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} "
+              f"on {os.cpu_count()} cores", file=sys.stderr)
         try:
             load(path).run(report)
         except Exception:  # noqa: BLE001 - one broken benchmark must not hide the others' figures
             failed.append(bench)
             print(f"[{bench}] FAILED:\n{traceback.format_exc()}", file=sys.stderr)
-        print(f"[{bench}] {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        print(f"[{bench}] {time.perf_counter() - t0:.1f}s, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
     print_table(rows)
     if args.json:
