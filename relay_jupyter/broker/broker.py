@@ -15,20 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.budgets import HOLD_TTL, BudgetLedger
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, ConfigRefusal, GateRefusal
 from ..core.gate import Gate
 from ..core.grants import GrantBook
-from ..core.memory import (
-    MemoryAuditSink,
-    MemoryEventStore,
-    MemoryGrantStore,
-    MemoryLedger,
-    MemoryRunJournal,
-)
+from ..core.memory import MemoryAuditSink, MemoryStore
+from ..core.ports import AuditSink, CheckpointStore, Store
 from ..core.pricing import Pricing
 from ..storage.errors import StoreError
 from .config import BrokerConfig
@@ -36,10 +31,19 @@ from .dispatch import dispatch
 from .events import EventBus
 from .kernel_bridge import KernelBridge
 from .metrics import BrokerMetrics, CountingAudit
-from .permissions import MemoryTrust, PermissionRouter
+from .permissions import PermissionRouter
 from .registry import METHODS
 
 __all__ = ["Broker", "load_methods", "require", "target_origin"]
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from ..mcp.registry import McpRegistry
+    from ..runtime.manager import RunManager
+    from ..workspace.tools import WorkspaceTools
+
+    ClientTools = Callable[[Caller, str, str, str, Any], Awaitable[dict[str, Any]]]
 
 log = logging.getLogger("relay_jupyter.broker")
 
@@ -55,7 +59,7 @@ def load_methods() -> list[str]:
 class Broker:
     """Holds every part of the broker; see the module docstring."""
 
-    def __init__(self, config: BrokerConfig, *, store: Any, audit: Any) -> None:
+    def __init__(self, config: BrokerConfig, *, store: Store, audit: AuditSink) -> None:
         self.config = config
         self.store = store
         self.metrics = BrokerMetrics(lambda: set(METHODS))
@@ -68,21 +72,21 @@ class Broker:
         self.gate = Gate(grants=self.grants, ledger=self.ledger, audit=self.audit, pricing=self.pricing,
                          consent_timeout=config.consent_timeout)
         self.events = EventBus(store)
-        trust = store if hasattr(store, "add_trust") else MemoryTrust()
-        self.trust = trust
-        self.permissions = PermissionRouter(self.events, trust=trust, timeout=config.consent_timeout)
+        self.trust = store
+        self.permissions = PermissionRouter(self.events, trust=store, timeout=config.consent_timeout)
         self.events.run_end_hooks.append(self.permissions.forget_run)
         self.kernel_bridge = KernelBridge(self.events, timeout=config.kernel_tool_timeout)
         # wired later by their components
-        self.runs: Any = None
-        self.mcp: Any = None
-        self.workspace_tools: Any = None
-        self.checkpoints: Any = None
-        self.client_tools: Any = None
+        self.runs: RunManager | None = None
+        self.mcp: McpRegistry | None = None
+        self.workspace_tools: WorkspaceTools | None = None
+        self.checkpoints: CheckpointStore | None = None
+        self.client_tools: ClientTools | None = None
         """Optional ``async (caller, origin, conversation, tool, arguments) -> {content, is_error}``: the
         runtime executor's client-call entry; ``tools.call`` uses it when set."""
         self.ready = True
         self._maintenance: asyncio.Task[None] | None = None
+        self._pruning: asyncio.Future[int] | None = None
         self.metrics.live(self._live_gauges)
         load_methods()
 
@@ -90,7 +94,7 @@ class Broker:
     def open(cls, config: BrokerConfig) -> Broker:
         """Build a broker with durable storage (or in-memory ports when ``config.in_memory``)."""
         if config.in_memory:
-            return cls(config, store=_memory_store(), audit=MemoryAuditSink())
+            return cls(config, store=MemoryStore(), audit=MemoryAuditSink())
         from ..storage.audit_log import AuditLog
         from ..storage.paths import data_dir, ensure_private_dir
         from ..storage.sqlite import Store
@@ -128,28 +132,37 @@ class Broker:
         return await dispatch(self, caller, body)
 
     def prune_events(self) -> int:
-        """Apply event retention (age and count) when the store supports it."""
-        prune = getattr(self.store, "prune_events", None)
-        if prune is None:
+        """Apply event retention (age and count). Called on the event loop (the server's hourly
+        timer), the pruning runs in a worker thread, page by page (storage/events.py), so the loop
+        never waits for it: returns 0 then. Elsewhere it prunes now and returns how many went."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._prune()
+        if self._pruning is None or self._pruning.done():
+            self._pruning = loop.run_in_executor(None, self._prune)
+        return 0
+
+    def _prune(self) -> int:
+        try:
+            return self.store.prune_events(self.config.event_retention_seconds, self.config.event_retention_count)
+        except StoreError as exc:  # a full disk: retention waits for the next round
+            log.warning("relay: event retention failed: %s", exc.message)
             return 0
-        return prune(self.config.event_retention_seconds, self.config.event_retention_count)
 
     # -- storage health and the lease (docs/storage.md) ---------------------------------------------
 
     def storage_problem(self) -> Any:
         """The store's last write failure (a StorageUnavailable with code and message) while it
         lasts, else None. readyz answers 503 and new runs and tool calls are refused meanwhile."""
-        return getattr(self.store, "storage_problem", None)
+        return self.store.storage_problem
 
     def check_storage(self) -> None:
         """One maintenance step: renew the lease (also the write probe that tells a full disk has
         space again), then record what failed to be stored (runs that ended meanwhile), and recover
         the runs and permission requests of brokers that died meanwhile. Never raises."""
-        probe = getattr(self.store, "probe_write", None)
-        if probe is None:
-            return
         try:
-            probe()
+            self.store.probe_write()
         except StoreError:
             return
         if self.storage_problem() is not None:
@@ -166,13 +179,15 @@ class Broker:
             log.exception("relay: storage maintenance failed")
 
     def start_maintenance(self) -> None:
-        """Start the background lease renewal and storage check (on the running event loop)."""
-        if self._maintenance is not None or not hasattr(self.store, "probe_write"):
+        """Start the background lease renewal and storage check (on the running event loop), and
+        apply event retention once now (in a worker thread), not only an hour after start."""
+        if self._maintenance is not None:
             return
         self._maintenance = asyncio.ensure_future(self._maintain())
+        self.prune_events()
 
     async def _maintain(self) -> None:
-        ttl = float(getattr(self.store, "lease_ttl", self.config.lease_ttl))
+        ttl = float(self.store.lease_ttl or self.config.lease_ttl)
         while True:
             problem = self.storage_problem() is not None
             await asyncio.sleep(self.config.storage_check_interval if problem else ttl / 3)
@@ -203,46 +218,12 @@ class Broker:
             self.permissions.deny_all(answered_by="shutdown")
         except StoreError as exc:  # a full disk: recovery withdraws them at the next start
             log.warning("relay: could not record the shutdown's answers to pending requests: %s", exc.message)
-        release = getattr(self.store, "release_lease", None)
-        if release is not None:
-            try:
-                release()
-            except Exception as exc:  # a full disk: the lease then expires, or its pid is seen dead
-                log.warning("relay: could not release the broker's lease: %s", exc)
-        for part in (self.audit, self.store):
-            close = getattr(part, "close", None)
-            if close is not None:
-                close()
-
-
-def _memory_store() -> Any:
-    return _Combined()
-
-
-class _Combined:
-    """In-memory ports combined into one store object (the shape of the SQLite ``Store``)."""
-
-    def __init__(self) -> None:
-        self._grants = MemoryGrantStore()
-        self._ledger = MemoryLedger()
-        self._events = MemoryEventStore()
-        self._journal = MemoryRunJournal()
-        self._trust = MemoryTrust()
-
-    def __getattr__(self, name: str) -> Any:
-        for part in (self._grants, self._ledger, self._events, self._journal, self._trust):
-            if hasattr(part, name):
-                return getattr(part, name)
-        raise AttributeError(name)
-
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        for run in self._journal.list_runs(limit=1 << 30):
-            if run["run_id"] == run_id:
-                return run
-        return None
-
-    def close(self) -> None:
-        return None
+        try:
+            self.store.release_lease()
+        except Exception as exc:  # a full disk: the lease then expires, or its pid is seen dead
+            log.warning("relay: could not release the broker's lease: %s", exc)
+        self.audit.close()
+        self.store.close()
 
 
 def _team_budgets(config: BrokerConfig, store: object) -> dict[str, object]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import json.encoder
-import math
 import os
 import sqlite3
 import threading
@@ -20,6 +19,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any, Self
 
+from ..core.memory import check_amount, check_text
 from .errors import StorageUnavailable, StoreError, storage_failure
 from .schema import migrate
 
@@ -43,27 +43,6 @@ def dumps(value: Any) -> str:
     if _c_make_encoder is None:  # a Python without the _json accelerator
         return _ENCODER.encode(value)
     return "".join(_c_make_encoder({}, str, encode_basestring, None, ":", ",", False, False, True)(value, 0))
-
-
-def check_text(name: str, value: Any, *, optional: bool = False) -> None:
-    """Raise ``TypeError`` unless ``value`` is a string (or None when ``optional``), ``ValueError`` when
-    it is empty or holds a NUL."""
-    if value is None and optional:
-        return
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{name} must not be empty")
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL")
-
-
-def check_amount(name: str, value: Any) -> None:
-    """Raise ``TypeError`` unless ``value`` is a number, ``ValueError`` unless it is finite and >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
 
 
 def _create_private(path: Path) -> None:
@@ -92,6 +71,22 @@ def _create_private(path: Path) -> None:
             pass
 
 
+def _enable_incremental_vacuum(conn: sqlite3.Connection) -> None:
+    """A file made before schema 5 has no auto_vacuum: switching it on needs one VACUUM (a rewrite of
+    the file, once). Tried with a short busy timeout: when another connection (a second broker) is
+    using the file it is left for a later start, and pruning then frees pages without shrinking it."""
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 0:
+        return
+    conn.execute("PRAGMA busy_timeout = 100")
+    try:
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("VACUUM")
+    except sqlite3.OperationalError:
+        pass
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 class Database:
     """Connection, lock, clock and transactions; the store's mixins build on this."""
 
@@ -104,6 +99,8 @@ class Database:
         self.path = path
         self.storage_problem: StorageUnavailable | None = None
         """The last write failure, until a write commits again (docs/storage.md: a full disk)."""
+        self.owner_id: str | None = None
+        """This store's lease (storage/leases.py; None until acquired)."""
 
     @classmethod
     def _connect(cls, path: Path) -> sqlite3.Connection:
@@ -118,12 +115,17 @@ class Database:
                              data={"path": str(path)}) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+                # a new file: pages freed by pruning go back to the file system (prune_events runs
+                # incremental_vacuum); must be set before the first table exists
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{path} cannot use WAL mode (got {mode!r}); put it on a local disk")
             # NORMAL in WAL mode: a commit survives a process crash; only power loss may lose the newest commits
             conn.execute("PRAGMA synchronous = NORMAL")
             migrate(conn, where=str(path))
+            _enable_incremental_vacuum(conn)
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(f"{path} is not a usable relay database ({exc}); move it away to start fresh",

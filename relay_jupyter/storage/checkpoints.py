@@ -1,9 +1,9 @@
 """The checkpoint journal: every push's pre-image, staged durably before the file is touched.
 
-It lives in the broker's SQLite file, in tables of its own (``CREATE TABLE IF NOT EXISTS``, own
-version row in ``relay_checkpoint_meta``), through a connection of its own, so it needs nothing
-from the store's migrations. Commits use ``synchronous=FULL``: a checkpoint that says "prepared"
-has its pre-image on disk.
+It lives in the broker's SQLite file, in tables of the store's schema (since schema 5; its own
+version row stays in ``relay_checkpoint_meta``), on the store's one connection: a broker reaches it
+as ``store.checkpoints``. ``CheckpointJournal(path)`` opens a file on its own (tools, tests).
+Its commits use ``synchronous=FULL``: a checkpoint that says "prepared" has its pre-image on disk.
 
 One checkpoint per (run, target): the run's first push to a target stages the pre-image; later
 pushes of the same run to it only move the expected post-image. States (write-ahead)::
@@ -24,15 +24,15 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ._db import _create_private
-from .errors import SchemaError, StoreError, storage_failure
+from ..core.ports import Checkpoint
+from ._db import Database
+from .errors import SchemaError, StoreError
 from .leases import lease_rows, owner_alive
 
 __all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
@@ -40,61 +40,8 @@ __all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
 SCHEMA_VERSION = 2
 STATES = ("prepared", "applied", "reverting", "reverted")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS relay_checkpoint_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS relay_checkpoints (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    origin TEXT NOT NULL,
-    conversation TEXT,
-    run_id TEXT NOT NULL,
-    target TEXT NOT NULL,
-    pre_exists INTEGER NOT NULL,
-    pre_sha256 TEXT,
-    pre_image BLOB,
-    post_sha256 TEXT,
-    pending_sha256 TEXT,
-    state TEXT NOT NULL,
-    note TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS relay_checkpoints_run ON relay_checkpoints (run_id, target);
-CREATE INDEX IF NOT EXISTS relay_checkpoints_origin ON relay_checkpoints (origin, seq);
-"""
-
 _COLS = ("seq, id, origin, conversation, run_id, target, pre_exists, pre_sha256, post_sha256, "
          "pending_sha256, state, note, created_at, updated_at")
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One journal entry (without its pre-image bytes)."""
-
-    seq: int
-    id: str
-    origin: str
-    conversation: str | None
-    run_id: str
-    target: str
-    """Path relative to the Jupyter root."""
-    pre_exists: bool
-    pre_sha256: str | None
-    post_sha256: str | None
-    pending_sha256: str | None
-    state: str
-    note: str
-    created_at: float
-    updated_at: float
-
-    def public(self) -> dict:
-        """The receipt clients may see (no bytes, no internals beyond digests)."""
-        return {
-            "id": self.id, "target": self.target, "state": self.state, "run_id": self.run_id,
-            "conversation": self.conversation, "created_at": self.created_at, "updated_at": self.updated_at,
-            "pre_exists": self.pre_exists, "pre_sha256": self.pre_sha256, "post_sha256": self.post_sha256,
-            "note": self.note,
-        }
 
 
 def sha256(data: bytes | None) -> str | None:
@@ -103,73 +50,66 @@ def sha256(data: bytes | None) -> str | None:
 
 
 class CheckpointJournal:
-    """Durable checkpoint rows in the SQLite file at ``db_path``."""
+    """Durable checkpoint rows (the ``CheckpointStore`` port) in a store's SQLite file."""
 
-    def __init__(self, db_path: str | Path, *, owner: str | None = None) -> None:
-        """Open (creating 0600, like the store's own connection) the journal in ``db_path``.
-
-        ``owner`` is the broker's lease (``Store.owner_id``): new checkpoints carry it.
+    def __init__(self, db_path: str | Path | None = None, *, owner: str | None = None,
+                 database: Database | None = None) -> None:
+        """The journal of ``database`` (a store: same connection, lock and transactions; new
+        checkpoints carry its lease), or of the file at ``db_path`` on a connection of its own
+        (creating it 0600 and migrating it like the store does); ``owner`` then is the lease new
+        checkpoints carry.
 
         Raises:
             StoreError: the file cannot be opened or is not a usable SQLite database.
             SchemaError: the journal was written by a newer relay-jupyter.
         """
-        self.db_path = str(db_path)
-        self.owner = owner
-        path = Path(self.db_path)
-        self._lock = threading.RLock()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # Pre-images are file contents: the database and its -wal/-shm must be private to the user.
-            _create_private(path)
-            self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None, timeout=30)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the checkpoint journal {path}: "
-                             f"{getattr(exc, 'strerror', None) or exc}", data={"path": str(path)}) from exc
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            with self._lock:
-                self._db.executescript(_SCHEMA)
-                row = self._db.execute("SELECT value FROM relay_checkpoint_meta WHERE key='version'").fetchone()
-                if row is None:
-                    self._db.execute("INSERT INTO relay_checkpoint_meta (key, value) VALUES ('version', ?)",
-                                     (str(SCHEMA_VERSION),))
-                elif not str(row[0]).isdigit() or int(row[0]) > SCHEMA_VERSION:
-                    raise SchemaError(
-                        f"the checkpoint journal in {self.db_path} is version {row[0]}, newer than this relay "
-                        f"({SCHEMA_VERSION}); upgrade relay-jupyter", data={"path": self.db_path})
-                self._migrate()
-            # WAL mode creates -wal/-shm on first use: tighten them too (SQLite copies the main file's
-            # mode, but a file made earlier by another process may be looser).
-            _create_private(path)
-        except sqlite3.DatabaseError as exc:
-            self._db.close()
-            raise StoreError(f"{path} is not a usable checkpoint journal ({exc}); move it away to start fresh",
-                             data={"path": str(path)}) from exc
-        except BaseException:
-            self._db.close()
-            raise
+        self._owner = owner
+        if database is None:
+            if db_path is None:
+                raise TypeError("CheckpointJournal needs a db_path or a database")
+            path = Path(db_path)
+            try:
+                conn = Database._connect(path)
+            except SchemaError:
+                raise
+            except StoreError as exc:
+                raise StoreError(f"{path} is not a usable checkpoint journal ({exc.message}); move it away "
+                                 "to start fresh", data={"path": str(path)}) from exc
+            database = Database(conn, path, time.time)
+            self._own = True
+        else:
+            self._own = False
+        self._database = database
+        self.db_path = str(database.path)
+        row = database.query("SELECT value FROM relay_checkpoint_meta WHERE key = 'version'")
+        if row and (not str(row[0][0]).isdigit() or int(row[0][0]) > SCHEMA_VERSION):
+            if self._own:
+                database.close()
+            raise SchemaError(
+                f"the checkpoint journal in {self.db_path} is version {row[0][0]}, newer than this relay "
+                f"({SCHEMA_VERSION}); upgrade relay-jupyter", data={"path": self.db_path})
 
-    def _migrate(self) -> None:
-        """Version 2 adds ``owner`` (one transaction; another process may be migrating too)."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            cols = {r[1] for r in self._db.execute("PRAGMA table_info(relay_checkpoints)")}
-            if "owner" not in cols:
-                self._db.execute("ALTER TABLE relay_checkpoints ADD COLUMN owner TEXT")
-            self._db.execute("UPDATE relay_checkpoint_meta SET value = ? WHERE key = 'version' AND "
-                             "CAST(value AS INTEGER) < ?", (str(SCHEMA_VERSION), SCHEMA_VERSION))
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
+    @property
+    def owner(self) -> str | None:
+        """The lease new checkpoints carry: the store's own, or the one given."""
+        return self._owner if self._owner is not None else self._database.owner_id
+
+    @owner.setter
+    def owner(self, value: str | None) -> None:
+        self._owner = value
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._database._require()
+
+    @property
+    def _lock(self) -> Any:
+        return self._database._lock
 
     def close(self) -> None:
-        """Close the connection."""
-        with self._lock:
-            self._db.close()
+        """Close the connection when it is the journal's own (a store's journal closes with the store)."""
+        if self._own:
+            self._database.close()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -235,7 +175,7 @@ class CheckpointJournal:
             rows = lease_rows(self._db)
         if rows is None:
             return None
-        now = time.time()
+        now = self._database.now()
         live = {r["owner_id"] for r in rows if owner_alive(r, now, me=self.owner)}
         if self.owner is not None:
             live.add(self.owner)
@@ -248,8 +188,8 @@ class CheckpointJournal:
         """Stage a new checkpoint (pre-image and digest) durably, in state ``prepared``."""
         now = time.time()
         cid = "ckpt_" + secrets.token_hex(8)
-        with self._lock, self._writing():
-            self._db.execute(
+        with self._writing() as conn:
+            conn.execute(
                 "INSERT INTO relay_checkpoints (id, origin, conversation, run_id, target, pre_exists, "
                 "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at, owner) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 'prepared', ?, ?, ?)",
@@ -260,18 +200,27 @@ class CheckpointJournal:
         return got
 
     @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """A failed write (a full disk) is the store's refusal (STORAGE_FULL / STORAGE_ERROR), so a
-        push answers with that code instead of an internal error; nothing is half-written (autocommit)."""
-        try:
-            yield
-        except sqlite3.OperationalError as exc:
-            raise storage_failure(exc, self.db_path) from exc
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One store transaction with ``synchronous=FULL`` (the commit is on disk when it returns).
+        A failed write (a full disk) is the store's refusal (STORAGE_FULL / STORAGE_ERROR, and
+        ``storage_problem`` is set), so a push answers with that code; nothing is half-written."""
+        db = self._database
+        with db._lock:
+            conn = db._require()
+            full = not db._depth  # inside an outer transaction the outer one decides how it commits
+            if full:
+                conn.execute("PRAGMA synchronous = FULL")
+            try:
+                with db.transaction() as tx:
+                    yield tx
+            finally:
+                if full and db._conn is not None:
+                    conn.execute("PRAGMA synchronous = NORMAL")
 
     def _update(self, checkpoint_id: str, sets: str, args: tuple) -> None:
-        with self._lock, self._writing():
-            self._db.execute(f"UPDATE relay_checkpoints SET {sets}, updated_at = ? WHERE id = ?",
-                             (*args, time.time(), checkpoint_id))
+        with self._writing() as conn:
+            conn.execute(f"UPDATE relay_checkpoints SET {sets}, updated_at = ? WHERE id = ?",
+                         (*args, time.time(), checkpoint_id))
 
     def prepare_again(self, checkpoint_id: str, pending_sha256: str) -> None:
         """A later push of the same run to the same target: expect a new post-image."""

@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import json
 import operator
+import sqlite3
 from collections.abc import Collection, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
 from ..core.types import Event
 from ..protocol.names import EventType
-from ._db import Database, check_text, dumps
+from ..core.memory import check_event
+from ._db import Database, dumps
 
-__all__ = ["EventsMixin"]
+__all__ = ["PRUNE_PAGE", "EventsMixin"]
+
+PRUNE_PAGE = 5000
+"""Events deleted per transaction by :meth:`EventsMixin.prune_events` (a few ms of write lock)."""
 
 _PERMISSION_TYPES = frozenset({EventType.PERMISSION_REQUEST, EventType.PERMISSION_RESOLVED,
                                EventType.PERMISSION_TIMEOUT})
@@ -52,33 +57,15 @@ def _parse(frame: bytes) -> Event:
     return Event(**json.loads(frame[start:-2]))
 
 
-_EVENT_FIELDS = frozenset(Event.model_fields)
-_set = object.__setattr__
-
-
 def _event(fields: dict[str, Any]) -> Event:
-    """An Event from values ``append_events`` has just checked (every field given, of the right type).
-
-    Validating them again through pydantic was a fifth of an append; this sets the same four slots
-    ``model_construct`` sets (as ``core/gate.py: _audit_record`` does), and
-    ``tests/storage/test_events.py`` checks the result equals a validated Event.
-    """
-    event = Event.__new__(Event)
-    _set(event, "__dict__", fields)
-    _set(event, "__pydantic_fields_set__", set(_EVENT_FIELDS))  # a set: model_copy() updates it
-    _set(event, "__pydantic_extra__", None)
-    _set(event, "__pydantic_private__", None)
-    return event
+    """An Event from values ``append_events`` has just checked (every field given, of the right type):
+    pydantic's public ``model_construct`` skips validating them a second time (issue 14 item 7: no
+    writes to pydantic's private attributes); ``tests/storage/test_events.py`` checks the result
+    equals a validated Event."""
+    return Event.model_construct(**fields)
 
 
-def _check_event(type: Any, data: Any, origin: Any, run_id: Any) -> None:
-    check_text("event type", type)
-    if "\n" in type or "\r" in type:
-        raise ValueError("event type must be one line (it becomes an SSE 'event:' field)")
-    if not isinstance(data, dict):
-        raise TypeError(f"event data must be a dict, got {data.__class__.__name__}")
-    check_text("event origin", origin, optional=True)
-    check_text("event run_id", run_id, optional=True)
+_check_event = check_event
 
 
 def _visibility(origins: Collection[str] | None) -> tuple[str, list[Any]]:
@@ -160,7 +147,7 @@ class EventsMixin(Database):
         """Keep ``pending_permissions`` in step with the events, in their transaction: a request is
         pending (with this store's owner) from its ``permission.request`` until its
         ``permission.resolved`` / ``permission_timeout``. Recovery answers what a dead broker left."""
-        owner = getattr(self, "owner_id", None)
+        owner = self.owner_id
         for n, (t, d, o, r) in enumerate(items):
             request_id = d.get("request_id")
             if t not in _PERMISSION_TYPES or not isinstance(request_id, str):
@@ -199,13 +186,30 @@ class EventsMixin(Database):
                    origins: Collection[str] | None = None) -> tuple[int, bytes]:
         """SSE frames of the events :meth:`events_since` would return, concatenated.
 
-        Returns ``(last_id, frames)``; ``last_id`` is the id of the last frame, or ``since`` when
-        there is none. Each frame equals ``protocol.sse.encode_event(event)`` byte for byte.
+        Returns ``(last_id, frames)``: ``last_id`` is the id of the last event *scanned* (``since``
+        when there is none), so a caller pages with ``since = last_id`` until ``last_id == since``.
+        With ``limit``, a page scans the ids ``since + 1 … since + limit`` only (retained ids are
+        contiguous), so a page is bounded work even for an origin with no events in a big log.
+        Each frame equals ``protocol.sse.encode_event(event)`` byte for byte.
         """
-        rows = self._rows_since("id, frame", since, limit, origins)
-        if not rows:
-            return operator.index(since), b""
-        return rows[-1][0], b"".join([frame for _, frame in rows])
+        since = operator.index(since)
+        if limit is None:
+            rows = self._rows_since("id, frame", since, None, origins)
+            top = self.last_event_id()
+            return (max(since, top) if rows or top > since else since), b"".join([f for _, f in rows])
+        limit = operator.index(limit)
+        if limit <= 0:
+            return since, b""
+        where, params = _visibility(origins)
+        with self.snapshot() as conn:
+            first, top = conn.execute("SELECT MIN(id), MAX(id) FROM events").fetchone()
+            if top is None or top <= since:
+                return since, b""
+            start = max(since, int(first) - 1)
+            end = min(start + limit, int(top))
+            rows = conn.execute(f"SELECT frame FROM events WHERE id > ? AND id <= ?{where} ORDER BY id",
+                                [start, end, *params]).fetchall()
+        return end, b"".join([r[0] for r in rows])
 
     def last_event_id(self) -> int:
         """Id of the newest event ever appended (0 when none); survives pruning."""
@@ -225,8 +229,11 @@ class EventsMixin(Database):
         """Drop the oldest events: those older than ``max_age_s`` and all but the newest ``max_count``.
 
         Retention removes a prefix: age pruning stops at the first event young enough, so an event
-        with an earlier clock reading behind it survives and ids stay contiguous. Returns how many
-        events were deleted. Raises ValueError for a negative limit.
+        with an earlier clock reading behind it survives and ids stay contiguous. Deletes in pages
+        of :data:`PRUNE_PAGE` events, one short transaction each (appends from other threads and
+        brokers go on in between), then returns the freed pages to the file system
+        (``incremental_vacuum``). Returns how many events were deleted. Raises ValueError for a
+        negative limit.
         """
         if max_age_s is not None and (not isinstance(max_age_s, int | float) or max_age_s < 0):
             raise ValueError("max_age_s must be a number >= 0")
@@ -234,22 +241,59 @@ class EventsMixin(Database):
             max_count = operator.index(max_count)
             if max_count < 0:
                 raise ValueError("max_count must be >= 0")
-        deleted = 0
-        with self.transaction() as conn:
+        # the edge: every event with an id below it goes (decided once, so appends meanwhile stay)
+        with self.snapshot() as conn:
+            edge: int | None = None
             if max_age_s is not None:
-                cutoff = self.now() - max_age_s
                 keep = conn.execute("SELECT id FROM events WHERE ts >= ? ORDER BY id LIMIT 1",
-                                    (cutoff,)).fetchone()
-                if keep is None:
-                    deleted += conn.execute("DELETE FROM events").rowcount
-                else:
-                    deleted += conn.execute("DELETE FROM events WHERE id < ?", (keep[0],)).rowcount
+                                    (self.now() - max_age_s,)).fetchone()
+                edge = self._next_id(conn) if keep is None else int(keep[0])
             if max_count is not None:
                 if max_count == 0:
-                    deleted += conn.execute("DELETE FROM events").rowcount
+                    cut = self._next_id(conn)
                 else:
-                    edge = conn.execute("SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?",
-                                        (max_count - 1,)).fetchone()
-                    if edge is not None:
-                        deleted += conn.execute("DELETE FROM events WHERE id < ?", (edge[0],)).rowcount
+                    row = conn.execute("SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?",
+                                       (max_count - 1,)).fetchone()
+                    cut = 0 if row is None else int(row[0])
+                edge = cut if edge is None else max(edge, cut)
+        if not edge:
+            return 0
+        deleted = 0
+        while True:
+            with self.transaction() as conn:
+                low = conn.execute("SELECT MIN(id) FROM events").fetchone()[0]
+                if low is None or low >= edge:
+                    break
+                deleted += conn.execute("DELETE FROM events WHERE id >= ? AND id < ?",
+                                        (low, min(edge, low + PRUNE_PAGE))).rowcount
+        if deleted:
+            self.vacuum_free_pages()
         return deleted
+
+    @staticmethod
+    def _next_id(conn: Any) -> int:
+        row = conn.execute("SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+                           "COALESCE((SELECT MAX(id) FROM events), 0)) + 1").fetchone()
+        return int(row[0])
+
+    def vacuum_free_pages(self, pages_per_step: int = 2048) -> int:
+        """Give free pages back to the file system in steps of ``pages_per_step`` (one short write
+        each). A file without ``auto_vacuum`` (older than schema 5 and not yet converted) keeps them
+        for reuse. Returns how many pages were freed."""
+        freed = 0
+        while True:
+            with self._lock:
+                conn = self._require()
+                if self._depth or conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+                    return freed
+                before = conn.execute("PRAGMA freelist_count").fetchone()[0]
+                if before == 0:
+                    return freed
+                try:
+                    conn.execute(f"PRAGMA incremental_vacuum({int(pages_per_step)})").fetchall()
+                except sqlite3.OperationalError:
+                    return freed
+                after = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            if after >= before:
+                return freed
+            freed += before - after

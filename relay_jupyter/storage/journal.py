@@ -56,7 +56,7 @@ class JournalMixin(Database):
         with self.transaction() as conn:
             conn.execute(f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}, owner) VALUES (?,?,?,?,?,NULL,?,?)",
                          (run_id, origin, conversation, RUNNING, self.now(), dumps(meta),
-                          getattr(self, "owner_id", None)))
+                          self.owner_id))
 
     def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
         """Mark a run terminal with ``state``; ``meta`` is merged into its metadata.
@@ -164,7 +164,7 @@ class JournalMixin(Database):
     def running_elsewhere(self, conversation: str) -> bool:
         """True when another live broker has an unfinished run in ``conversation``."""
         rows = self.query("SELECT owner FROM runs WHERE conversation = ? AND finished_at IS NULL", (conversation,))
-        mine = getattr(self, "owner_id", None)
+        mine = self.owner_id
         others = {r[0] for r in rows if r[0] is not None and r[0] != mine}
         return bool(others & self.live_owners())  # type: ignore[attr-defined]
 

@@ -107,8 +107,6 @@ def lease_rows(conn: Any) -> list[dict[str, Any]] | None:
 class LeasesMixin(Database):
     """The ``owners`` table: acquire, renew and release this broker's lease; who is alive."""
 
-    owner_id: str | None = None
-    """This store's lease (None until :meth:`acquire_lease`); new runs and pending permissions carry it."""
     lease_ttl: float = DEFAULT_LEASE_TTL
 
     def acquire_lease(self, ttl: float = DEFAULT_LEASE_TTL) -> str:

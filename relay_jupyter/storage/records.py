@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -133,51 +134,93 @@ def _sweep(conn: Any, now: float) -> int:
 
 
 class ConversationsMixin(Database):
-    """Conversations: the message list of a ``%%agent`` conversation and its metadata."""
+    """Conversations, append-only (schema 5): a row of ``conversations`` with the name, metadata and
+    ``message_count``, and a row of ``conversation_messages`` per message. A turn writes only the
+    messages it adds (:meth:`append_messages`), so its cost does not grow with the history."""
 
     def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
                           meta: dict[str, Any]) -> None:
-        """Insert or replace a conversation; ``created_at`` is kept across saves."""
-        check_text("conv_id", conv_id)
-        check_text("origin", origin)
-        if not isinstance(name, str):
-            raise TypeError("name must be a string")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise TypeError("messages must be a list of dicts")
-        if not isinstance(meta, dict):
-            raise TypeError("meta must be a dict")
+        """Insert or replace the whole conversation (fork, migration); ``created_at`` is kept."""
+        _check_conversation(conv_id, origin, name, messages, meta)
+        self._write_messages(conv_id, origin, name, 0, messages, meta, replace=True)
+
+    def append_messages(self, conv_id: str, origin: str, name: str, start: int,
+                        messages: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+        """Store ``messages`` as messages ``start, start + 1, …`` (those from ``start`` on are
+        replaced, earlier ones kept); one transaction. ValueError when ``start`` is beyond the
+        stored count."""
+        _check_conversation(conv_id, origin, name, messages, meta)
+        start = operator.index(start)
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        self._write_messages(conv_id, origin, name, start, messages, meta, replace=False)
+
+    def _write_messages(self, conv_id: str, origin: str, name: str, start: int,
+                        messages: list[dict[str, Any]], meta: dict[str, Any], *, replace: bool) -> None:
+        bodies = [dumps(m) for m in messages]  # encoded before taking the write lock
         now = self.now()
         with self.transaction() as conn:
+            row = conn.execute("SELECT message_count FROM conversations WHERE conv_id = ?", (conv_id,)).fetchone()
+            count = 0 if row is None else int(row[0])
+            if replace:
+                start = 0
+            elif start > count:
+                raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
+            if start < count:
+                conn.execute("DELETE FROM conversation_messages WHERE conv_id = ? AND seq >= ?", (conv_id, start))
+            conn.executemany("INSERT INTO conversation_messages (conv_id, seq, body) VALUES (?,?,?)",
+                             [(conv_id, start + n, b) for n, b in enumerate(bodies)])
             conn.execute(
-                "INSERT INTO conversations (conv_id, origin, name, messages, meta, created_at, updated_at) "
-                "VALUES (?,?,?,?,?,?,?) ON CONFLICT (conv_id) DO UPDATE SET origin = excluded.origin, "
-                "name = excluded.name, messages = excluded.messages, meta = excluded.meta, "
-                "updated_at = excluded.updated_at",
-                (conv_id, origin, name, dumps(messages), dumps(meta), now, now))
+                "INSERT INTO conversations (conv_id, origin, name, messages, meta, created_at, updated_at, "
+                "message_count) VALUES (?,?,?,'[]',?,?,?,?) ON CONFLICT (conv_id) DO UPDATE SET "
+                "origin = excluded.origin, name = excluded.name, meta = excluded.meta, "
+                "updated_at = excluded.updated_at, message_count = excluded.message_count",
+                (conv_id, origin, name, dumps(meta), now, now, start + len(bodies)))
 
     def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
         """``{conv_id, origin, name, messages, meta, created_at, updated_at}`` or None."""
-        rows = self.query("SELECT conv_id, origin, name, messages, meta, created_at, updated_at "
-                          "FROM conversations WHERE conv_id = ?", (conv_id,))
-        if not rows:
-            return None
-        cid, origin, name, messages, meta, created, updated = rows[0]
-        return {"conv_id": cid, "origin": origin, "name": name, "messages": json.loads(messages),
+        with self.snapshot() as conn:
+            row = conn.execute("SELECT conv_id, origin, name, meta, created_at, updated_at "
+                               "FROM conversations WHERE conv_id = ?", (conv_id,)).fetchone()
+            if row is None:
+                return None
+            bodies = conn.execute("SELECT body FROM conversation_messages WHERE conv_id = ? ORDER BY seq",
+                                  (conv_id,)).fetchall()
+        cid, origin, name, meta, created, updated = row
+        # one json.loads over the joined rows: a parse per message costs more than the join
+        messages = json.loads("[" + ",".join([b[0] for b in bodies]) + "]")
+        return {"conv_id": cid, "origin": origin, "name": name, "messages": messages,
                 "meta": json.loads(meta), "created_at": created, "updated_at": updated}
+
+    def conversation_origin(self, conv_id: str) -> str | None:
+        """The origin of a stored conversation, without reading its messages."""
+        rows = self.query("SELECT origin FROM conversations WHERE conv_id = ?", (conv_id,))
+        return rows[0][0] if rows else None
 
     def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
         """Summaries (no messages; ``message_count`` instead), most recently updated first."""
-        sql = ("SELECT conv_id, origin, name, json_array_length(messages), meta, created_at, updated_at "
-               "FROM conversations")
+        sql = "SELECT conv_id, origin, name, message_count, meta, created_at, updated_at FROM conversations"
         rows = self.query(sql + " ORDER BY updated_at DESC, rowid DESC") if origin is None else \
             self.query(sql + " WHERE origin = ? ORDER BY updated_at DESC, rowid DESC", (origin,))
         return [{"conv_id": c, "origin": o, "name": n, "message_count": k, "meta": json.loads(m),
                  "created_at": ca, "updated_at": ua} for c, o, n, k, m, ca, ua in rows]
 
     def delete_conversation(self, conv_id: str) -> bool:
-        """Remove a conversation; True if it existed. Its runs stay in the journal."""
+        """Remove a conversation and its messages; True if it existed. Its runs stay in the journal."""
         with self.transaction() as conn:
+            conn.execute("DELETE FROM conversation_messages WHERE conv_id = ?", (conv_id,))
             return conn.execute("DELETE FROM conversations WHERE conv_id = ?", (conv_id,)).rowcount > 0
+
+
+def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
+    check_text("conv_id", conv_id)
+    check_text("origin", origin)
+    if not isinstance(name, str):
+        raise TypeError("name must be a string")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise TypeError("messages must be a list of dicts")
+    if not isinstance(meta, dict):
+        raise TypeError("meta must be a dict")
 
 
 class TrustMixin(Database):

@@ -8,8 +8,8 @@ mid-migration leaves the file at the previous version. A file whose version is a
 :data:`SCHEMA_VERSION` was written by a newer relay-jupyter and is refused (:class:`SchemaError`).
 
 **To add or change a table, append a new step to MIGRATIONS** (never edit a released step: files in
-the wild were created by it). ``storage/checkpoints.py`` keeps its own tables in the same file with
-``CREATE TABLE IF NOT EXISTS``; that is allowed because those tables are not named here.
+the wild were created by it). The checkpoint journal's tables are part of this schema since version 5 (before, the journal made
+them itself with ``CREATE TABLE IF NOT EXISTS``, so step 5 accepts a file that already has them).
 
 Version history:
 
@@ -20,6 +20,12 @@ Version history:
    recovery touches only what belongs to a dead broker (storage/leases.py).
 4. ``budget_holds`` (issue 12 budgets): the reservations of model requests in flight, held in the
    file so every broker on one data dir checks its day limits against the same holds (core/budgets.py).
+5. the store contract (issues 14, 18): conversations append-only, a row per message in
+   ``conversation_messages`` (the old ``messages`` arrays are moved there; the column stays, empty);
+   ``conversations.message_count``; the checkpoint journal's tables (``relay_checkpoints``,
+   ``relay_checkpoint_meta``, until now created by ``storage/checkpoints.py`` itself) under this
+   schema; ``events_run`` index for a run's terminal event. Files made from version 5 on use
+   ``auto_vacuum = INCREMENTAL`` (older files are switched over by one VACUUM at open, storage/_db.py).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "migrate", "schema_version"]
 
 V1_SQL = """
 CREATE TABLE grants (
@@ -137,6 +143,51 @@ CREATE TABLE budget_holds (
 CREATE INDEX budget_holds_origin_day ON budget_holds (origin, day);
 """
 
+V5_SQL = """
+CREATE TABLE conversation_messages (
+    conv_id     TEXT NOT NULL,
+    seq         INTEGER NOT NULL,       -- 0, 1, ... in conversation order
+    body        TEXT NOT NULL,          -- one message, JSON
+    PRIMARY KEY (conv_id, seq)
+) WITHOUT ROWID;
+INSERT INTO conversation_messages (conv_id, seq, body)
+    SELECT c.conv_id, j.key, j.value FROM conversations c, json_each(c.messages) j;
+ALTER TABLE conversations ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;
+UPDATE conversations SET message_count = json_array_length(messages), messages = '[]';
+CREATE INDEX events_run ON events (run_id, id) WHERE run_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS relay_checkpoint_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS relay_checkpoints (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    origin TEXT NOT NULL,
+    conversation TEXT,
+    run_id TEXT NOT NULL,
+    target TEXT NOT NULL,
+    pre_exists INTEGER NOT NULL,
+    pre_sha256 TEXT,
+    pre_image BLOB,
+    post_sha256 TEXT,
+    pending_sha256 TEXT,
+    state TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS relay_checkpoints_run ON relay_checkpoints (run_id, target);
+CREATE INDEX IF NOT EXISTS relay_checkpoints_origin ON relay_checkpoints (origin, seq);
+"""
+
+
+def _v5(conn: sqlite3.Connection) -> None:
+    for statement in _statements(V5_SQL):
+        conn.execute(statement)
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(relay_checkpoints)")}
+    if "owner" not in cols:  # a journal of version 1, or the tables just made
+        conn.execute("ALTER TABLE relay_checkpoints ADD COLUMN owner TEXT")
+    conn.execute("INSERT INTO relay_checkpoint_meta (key, value) VALUES ('version', '2') ON CONFLICT (key) "
+                 "DO UPDATE SET value = '2' WHERE CAST(value AS INTEGER) < 2")
+
+
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered migration steps. Append only; the last version is :data:`SCHEMA_VERSION`.
@@ -145,6 +196,7 @@ MIGRATIONS: list[tuple[int, Step]] = [
     (2, V2_SQL),
     (3, V3_SQL),
     (4, V4_SQL),
+    (5, _v5),
 ]
 
 SCHEMA_VERSION: int = MIGRATIONS[-1][0]

@@ -6,8 +6,9 @@ saved trust and tool pins. See docs/storage.md.
     store.append_events([...])
     store.close()
 
-Implements the ports ``GrantStore``, ``Ledger``, ``EventStore`` and ``RunJournal`` of
-:mod:`relay_jupyter.core.ports`. Thread-safe: one connection behind one lock.
+Implements :class:`relay_jupyter.core.ports.Store` (every port of the broker's persistence; the
+contract suite ``relay_jupyter.testing.store_contract`` checks it). Thread-safe: one connection
+behind one lock, shared by the checkpoint journal (:attr:`Store.checkpoints`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .checkpoints import CheckpointJournal
 from .events import EventsMixin
 from .journal import JournalMixin
 from .leases import LeasesMixin
@@ -48,3 +50,12 @@ class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMix
         """
         where = data_dir() / DB_NAME if path is None else Path(path)
         return cls(cls._connect(where), where, clock)
+
+    _checkpoints: CheckpointJournal | None = None
+
+    @property
+    def checkpoints(self) -> CheckpointJournal:
+        """The checkpoint journal on this store's connection; its entries carry :attr:`owner_id`."""
+        if self._checkpoints is None:
+            self._checkpoints = CheckpointJournal(database=self)
+        return self._checkpoints

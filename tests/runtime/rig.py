@@ -52,6 +52,12 @@ class Recorder:
         self.events.append((type, dict(data or {}), origin, run_id))
         self._changed.set()
 
+    def publish_stored(self, events: list[Any], frames: Any = None) -> None:
+        """Events the store committed in a transaction of its own (a run's terminal event, committed
+        with the journal's terminal state): recorded as the EventBus would deliver them."""
+        for e in events:
+            self.append(e.type, e.data, origin=e.origin, run_id=e.run_id)
+
     def types(self, run_id: str | None = None) -> list[str]:
         return [t for t, _, _, r in self.events if run_id is None or r == run_id]
 

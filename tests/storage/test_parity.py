@@ -6,27 +6,9 @@ from typing import Any
 
 import pytest
 
-from relay_jupyter.core.memory import (
-    MemoryEventStore,
-    MemoryGrantStore,
-    MemoryLedger,
-    MemoryRunJournal,
-)
+from relay_jupyter.core.memory import MemoryStore
 from relay_jupyter.core.types import Grant
 from relay_jupyter.storage import Store
-
-
-class MemoryAll:
-    """The four in-memory ports behind one object, so one scenario drives both implementations."""
-
-    def __init__(self, clock) -> None:
-        self.parts = [MemoryGrantStore(), MemoryLedger(), MemoryEventStore(clock=clock), MemoryRunJournal(clock)]
-
-    def __getattr__(self, name: str) -> Any:
-        for part in self.parts:
-            if hasattr(part, name):
-                return getattr(part, name)
-        raise AttributeError(name)
 
 
 def _scenario(s: Any, clock) -> dict[str, Any]:
@@ -68,5 +50,5 @@ def _scenario(s: Any, clock) -> dict[str, Any]:
 
 def test_same_results_as_the_reference(store: Store, clock) -> None:
     ref_clock = type(clock)(clock.now)
-    expected = _scenario(MemoryAll(ref_clock), ref_clock)
+    expected = _scenario(MemoryStore(ref_clock), ref_clock)
     assert _scenario(store, clock) == expected
