@@ -69,7 +69,7 @@ class McpToolError(Refusal):
     """An MCP server could not be reached or failed a call (hang, exit, flood, protocol).
 
     ``data`` = ``{"server": name, "reason": "connect" | "timeout" | "exited" | "flood" | "protocol"
-    | "version" | "closed"}``. Never carries a header, env value or stderr secret.
+    | "version" | "closed" | "auth"}`` (``auth``: an HTTP server answered 401/403). Never carries a header, env value or stderr secret.
     """
 
     def __init__(self, server: str, reason: str, message: str) -> None:
@@ -206,7 +206,8 @@ class McpConnection:
             inner = _unwrap(exc)
             if isinstance(inner, McpToolError):
                 raise inner from None
-            reason = "version" if _sdk_refused_version(inner) is not None else "connect"
+            reason = "version" if _sdk_refused_version(inner) is not None else (
+                "auth" if self._auth_status() is not None else "connect")
             raise McpToolError(self.name, reason, self._connect_message(inner)) from None
 
     def _connect_message(self, inner: BaseException) -> str:
@@ -223,6 +224,9 @@ class McpConnection:
         if isinstance(inner, PermissionError) and isinstance(self.config, StdioServerConfig):
             return f"MCP server {self.name!r}: permission denied running {self.config.command}"
         if isinstance(self.config, HttpServerConfig):
+            auth = self._auth_message()
+            if auth is not None:
+                return auth
             what = type(inner).__name__
             return f"MCP server {self.name!r} at {self.config.url} could not be reached ({what})"
         if self._flooded():
@@ -452,6 +456,25 @@ class McpConnection:
             return self._declined("schema", "the answer did not fit the form")  # the router checks first
         return types.ElicitResult(action="accept", content=content)
 
+    def _auth_status(self) -> int | None:
+        return self._transport.auth_status if isinstance(self._transport, HttpTransport) else None
+
+    def _auth_message(self) -> str | None:
+        """"Needs authorisation" with a one-line hint, when the server answered 401/403 (never a header value)."""
+        status = self._auth_status()
+        if status is None:
+            return None
+        assert isinstance(self.config, HttpServerConfig)
+        shown = self.config.shown_source
+        if status == 403:
+            return (f"MCP server {self.name!r} at {shown} refused access (HTTP 403): the credentials in mcp.json "
+                    "are not allowed to use it; check the token's scopes")
+        configured = any(k.lower() == "authorization" for k in self.config.headers)
+        hint = ("the token in its mcp.json \"headers\" was refused: replace it"
+                if configured else "add a token to its mcp.json entry: \"headers\": {\"Authorization\": \"Bearer …\"}")
+        oauth = "; it offers OAuth sign-in, which relay does not do yet" if self._transport.auth_offers_oauth else ""
+        return f"MCP server {self.name!r} at {shown} needs authorisation (HTTP 401): {hint}{oauth}"
+
     def _flooded(self) -> bool:
         return bool(self._transport is not None and self._transport.flooded)
 
@@ -467,6 +490,10 @@ class McpConnection:
         if self._flooded():
             await self.close(force=True)
             return self._flood_error()
+        auth = self._auth_message() if isinstance(self.config, HttpServerConfig) else None
+        if auth is not None:  # the token expired or was revoked mid-session
+            await self.close(force=True)
+            return McpToolError(self.name, "auth", auth)
         if exc.code != CONNECTION_CLOSED:
             # A JSON-RPC error from the server: a tool-level failure, the connection stays up.
             return McpToolError(self.name, "protocol", f"MCP server {self.name!r} refused {what}: {exc.message[:300]}")

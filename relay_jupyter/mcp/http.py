@@ -10,7 +10,10 @@
   reads a JSON body whole): over the cap the transport marks itself ``flooded`` and the
   read fails, so the call fails with a clear error instead of exhausting memory;
 - no proxies from the environment for loopback URLs (a token must not leave the machine
-  through an ``HTTP_PROXY`` when the server is on 127.0.0.1).
+  through an ``HTTP_PROXY`` when the server is on 127.0.0.1);
+- a 401 / 403 answer is remembered (``auth_status``, and whether the server offers OAuth:
+  ``auth_offers_oauth``): the SDK turns it into a generic error, and the user must read "needs
+  authorisation", not "could not be reached".
 """
 
 from __future__ import annotations
@@ -56,6 +59,11 @@ class _PolicyTransport(httpx2.AsyncBaseTransport):
         except ConfigRefusal as exc:
             raise httpx2.UnsupportedProtocol(exc.message) from None
         response = await self._inner.handle_async_request(request)
+        if response.status_code in (401, 403):
+            self._owner.auth_status = response.status_code
+            challenge = response.headers.get("www-authenticate", "").lower()
+            # MCP authorization: a server that does OAuth names its protected-resource metadata here
+            self._owner.auth_offers_oauth = "resource_metadata" in challenge
         if request.method == "POST":
             # The GET stream is long-lived (bounded per event by the SDK); a POST answers one message.
             response.stream = _CappedStream(response.stream, self._owner.max_message_bytes, self._owner)
@@ -72,6 +80,9 @@ class HttpTransport:
         self.config = config
         self.max_message_bytes = max_message_bytes
         self.flooded = False
+        self.auth_status: int | None = None
+        """401 or 403 when the server refused the credentials (or their absence); never the header values."""
+        self.auth_offers_oauth = False
         host = httpx2.URL(config.url).host
         self._client = httpx2.AsyncClient(
             headers=dict(config.headers),
