@@ -10,6 +10,8 @@
   connect card's click, for headless runs: code the user runs in the kernel is the user).
 - ``relay.checkpoints()`` / ``relay.revert(checkpoint_id)``: pushes into the Jupyter root, and undoing them.
 - ``relay.kill()``: stop this notebook's runs and deny its pending requests.
+- ``relay.provenance()``: what produced each ``%%agent`` answer of this notebook (run, model, backend, tokens,
+  cost, tool calls with their decisions), read from the notebook's saved outputs (docs/provenance.md).
 - ``relay.anthropic()`` / ``relay.async_anthropic()``: official ``anthropic`` SDK clients that reach Claude
   through relay's gate with this kernel's credential; ``relay.claude_env()``: the environment for a ``claude``
   CLI subprocess (``kernel/sdk_clients.py``, docs/proxy.md).
@@ -56,7 +58,7 @@ class Relay:
 
     def __repr__(self) -> str:
         return ("relay: connect(tools) grants() budget() audit() runs() run(run_id) diff(path) checkpoints() "
-                "revert(checkpoint_id) kill() anthropic() async_anthropic() claude_env()")
+                "revert(checkpoint_id) kill() provenance() anthropic() async_anthropic() claude_env()")
 
     def _endpoint(self) -> Any:
         async def go() -> Any:
@@ -71,6 +73,32 @@ class Relay:
         result = self._call(Method.KILL, {})
         return {"cancelled_runs": int(result.get("cancelled_runs", 0)),
                 "denied_requests": int(result.get("denied_requests", 0))}
+
+    def provenance(self, *, calls: bool = False, path: str | None = None) -> Any:
+        """What produced each ``%%agent`` answer of this notebook, as a pandas DataFrame: one row per answer
+        (run id, cell id, model, backend, outcome, tokens by kind, cost, duration, tool calls, checkpoints), or
+        with ``calls=True`` one row per tool call (tool, class, decision, code, who decided, digests).
+
+        Read from the notebook file's saved outputs (``path``, default: this kernel's notebook), plus this
+        kernel's answers not saved yet; no tool arguments and nothing secret (docs/provenance.md).
+        """
+        import pandas as pd
+
+        from .provenance import notebook_path, read_notebook, rows
+
+        where = path if path is not None else notebook_path(getattr(self._session.shell, "user_ns", None))
+        saved: list[dict[str, Any]] = []
+        if where is not None:
+            try:
+                saved = read_notebook(where)
+            except (OSError, ValueError) as exc:
+                raise AgentError(f"relay.provenance: cannot read the notebook {str(where)!r} "
+                                 f"({type(exc).__name__}: {exc})") from None
+        known = {record.get("run_id") for record in saved}
+        records = saved + [r for r in self._session.provenance if r.get("run_id") not in known]
+        found = rows(records, calls=calls)
+        return pd.DataFrame(found) if found else pd.DataFrame(columns=list(rows(
+            [{"run_id": None, "tool_calls": [{}]}], calls=calls)[0]))
 
     def anthropic(self, **kwargs: Any) -> Any:
         """An ``anthropic.Anthropic`` client whose requests go through relay (grant, budget, audit; the broker's

@@ -6,13 +6,15 @@ import asyncio
 import collections
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ..protocol import kernel_wire as wire
 from ..protocol.names import TERMINAL_EVENTS, EventType, Method
 from .client import RelayClient
 from .consent import Answer, ask
 from ..core.errors import Code
 from .errors import AgentError, RpcError, message_for
+from .provenance import METADATA_KEY, ProvenanceRecorder, footer_suffix
 from .render import StreamView
 from .rendering import chrome_html, esc, visible
 
@@ -48,8 +50,10 @@ class Ticker:
 class RunFollower:
     """Follows one run's events until its terminal event."""
 
-    def __init__(self, session: Session, client: RelayClient, run_id: str, view: StreamView, surface: str) -> None:
+    def __init__(self, session: Session, client: RelayClient, run_id: str, view: StreamView, surface: str,
+                 recorder: ProvenanceRecorder | None = None) -> None:
         self.session = session
+        self.recorder = recorder or ProvenanceRecorder(run_id)
         self.client = client
         self.run_id = run_id
         self.view = view
@@ -78,6 +82,7 @@ class RunFollower:
                 if request_id in self.seen_requests:
                     continue
                 self.seen_requests.add(request_id)
+            self.recorder.feed(kind, data)
             if kind == EventType.TEXT_DELTA:
                 self.view.text(str(data.get("text", "")))
             elif kind == EventType.RUN_STARTED:
@@ -102,18 +107,36 @@ class RunFollower:
                     "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
                 self.cost += float(data.get("cost_usd") or 0.0)
             elif kind in TERMINAL_EVENTS or kind == "_lost":
+                await self._provenance(kind, data)
                 return self._end(kind, data)
+
+    async def _provenance(self, kind: str | None, data: dict[str, Any]) -> dict[str, Any]:
+        """The run's provenance record (docs/provenance.md), with the checkpoints of what it pushed."""
+        record = self.recorder.finish(kind, data)
+        if self.recorder.pushed():
+            with contextlib.suppress(AgentError):  # a broker without the workspace: no checkpoint ids
+                listed = cast(wire.CheckpointsListResult,
+                              await self.client.call(Method.CHECKPOINTS_LIST, {"limit": 50}, timeout=5.0))
+                record["checkpoints"] = [str(c.get("id")) for c in (listed or {}).get("checkpoints", [])
+                                         if isinstance(c, dict) and c.get("run_id") == self.run_id][:50]
+        self.session.provenance.append(record)
+        del self.session.provenance[:-1000]  # bounded: the notebook file keeps the rest
+        return record
+
 
     def _footer(self, mark: str) -> str:
         cost = f" · ${self.cost:.4f}" if self.cost else ""
-        return f"{mark} · {time.monotonic() - self.started:.1f} s · {self.tokens:,} tokens{cost} · run `{self.run_id}`"
+        return (f"{mark} · {time.monotonic() - self.started:.1f} s · {self.tokens:,} tokens{cost}"
+                f"{footer_suffix(self.recorder.record)} · run `{self.run_id}`")
 
     def _end(self, kind: str | None, data: dict[str, Any]) -> str:
+        # the footer's output carries the answer's provenance (saved with the notebook: docs/provenance.md)
+        meta = {METADATA_KEY: {"provenance": self.recorder.record}}
         if kind == EventType.DONE:
-            answer = self.view.finish(self._footer("✓ *done*"))
+            answer = self.view.finish(self._footer("✓ *done*"), metadata=meta)
             self._raise_timeouts()
             return answer
-        self.view.finish(self._footer(f"✗ *{str(kind).removeprefix('run.')}*"))
+        self.view.finish(self._footer(f"✗ *{str(kind).removeprefix('run.')}*"), metadata=meta)
         if kind == EventType.ERROR:
             self._raise_timeouts()  # the timeout is why the run failed: say that, not what followed
         if kind == EventType.BUDGET_EXHAUSTED:
@@ -254,6 +277,7 @@ class RunFollower:
             kind = event.get("type")
             if str(data.get("request_id", "")) == request_id and kind in (EventType.PERMISSION_RESOLVED,
                                                                          EventType.PERMISSION_TIMEOUT):
+                self.recorder.feed(kind, data)
                 return {**data, "_timeout": kind == EventType.PERMISSION_TIMEOUT}
             if kind in TERMINAL_EVENTS or kind == "_lost":
                 self.backlog.append(event)

@@ -84,18 +84,26 @@ class Sink(Protocol):
     def update(self, output: Output, display_id: str) -> None: ...
 
 
+def _with_metadata(call: Callable[..., Any], *args: Any, metadata: dict[str, Any] | None) -> None:
+    """``call(*args)``, with ``metadata=`` only when there is some (a :class:`Sink` need not take it)."""
+    if metadata:
+        call(*args, metadata=metadata)
+    else:
+        call(*args)
+
+
 class DisplaySink:
     """IPython rich display of the bundles (already rendered by :mod:`.rendering`), updated by display id."""
 
-    def show(self, output: Output, display_id: str | None) -> None:
+    def show(self, output: Output, display_id: str | None, *, metadata: dict[str, Any] | None = None) -> None:
         from IPython.display import display
 
-        display(output or {"text/plain": ""}, raw=True, display_id=display_id)
+        display(output or {"text/plain": ""}, raw=True, display_id=display_id, metadata=metadata)
 
-    def update(self, output: Output, display_id: str) -> None:
+    def update(self, output: Output, display_id: str, *, metadata: dict[str, Any] | None = None) -> None:
         from IPython.display import update_display
 
-        update_display(output or {"text/plain": ""}, raw=True, display_id=display_id)
+        update_display(output or {"text/plain": ""}, raw=True, display_id=display_id, metadata=metadata)
 
 
 class TextSink:
@@ -324,8 +332,9 @@ class StreamView:
         self.dirty = True
         self._maybe_flush(force=True)
 
-    def finish(self, footer: str = "") -> str:
-        """Freeze the rest of the answer, replace the indicator with ``footer``; return the answer text."""
+    def finish(self, footer: str = "", *, metadata: dict[str, Any] | None = None) -> str:
+        """Freeze the rest of the answer, replace the indicator with ``footer``; return the answer text.
+        ``metadata`` goes with the footer's output (the answer's provenance: docs/provenance.md)."""
         self._cancel_timer()
         self._cancel_idle()
         if self._streaming:
@@ -334,11 +343,11 @@ class StreamView:
                 self.pending.append(rest)
             self._flush_pending()
             if self.live is not None:
-                self.sink.update(_own(footer) if footer else {}, self.live)
+                _with_metadata(self.sink.update, _own(footer) if footer else {}, self.live, metadata=metadata)
                 self.live = None
                 self.updates += 1
             elif footer:
-                self.sink.show(_own(footer), None)
+                _with_metadata(self.sink.show, _own(footer), None, metadata=metadata)
                 self.updates += 1
         elif footer:
             self._print_raw(("\n" if self.answer else "") + footer + "\n")

@@ -23,6 +23,7 @@ from .discovery import discover, is_anonymous_client_name, notebook_client_name
 from .errors import AgentError, RpcError, as_agent_error
 from .follower import RunFollower, Ticker
 from .prewarm import wait_prewarm
+from .provenance import ProvenanceRecorder
 from .render import StreamView, TextSink
 from .rendering import visible
 from .tools import KernelTools, summarize
@@ -322,7 +323,10 @@ class Session:
         self.book.record(chat, fork_at, opts.cell_id)
         queue = self.pump.register(run_id)
         view = StreamView(TextSink() if surface == "input" else None, interval=self.update_interval)
-        follower = RunFollower(self, client, run_id, view, surface)
+        recorder = ProvenanceRecorder(run_id, conversation=chat.conversation, chat=opts.chat, cell_id=opts.cell_id,
+                                      requested_model=opts.model or self.default_model,
+                                      requested_backend=opts.backend or self.default_backend)
+        follower = RunFollower(self, client, run_id, view, surface, recorder)
         ticker = Ticker(asyncio.get_running_loop())
         try:
             return await follower.follow(queue)

@@ -35,6 +35,8 @@ __all__ = [
     "CheckpointsRevertResult",
     "ConversationsForkParams",
     "ConversationsForkResult",
+    "ElicitationAnswerParams",
+    "ElicitationAnswerResult",
     "EventEnvelope",
     "GrantDict",
     "GrantResult",
@@ -70,6 +72,8 @@ __all__ = [
     "ToolFinishedData",
     "ToolInfoDict",
     "ToolProposedData",
+    "ToolValidatedData",
+    "ReviewData",
     "ToolsListParams",
     "ToolsListResult",
     "UsageData",
@@ -338,6 +342,20 @@ class WorkspaceDiffResult(TypedDict):
     note: str
 
 
+class ElicitationAnswerParams(TypedDict):
+    """``elicitation.answer``: the form an MCP server asked the person to fill (docs/mcp.md)."""
+
+    request_id: Required[str]
+    action: Required[Literal["accept", "decline", "cancel"]]
+    content: NotRequired[dict[str, Any] | None]
+
+
+class ElicitationAnswerResult(TypedDict):
+    request_id: str
+    action: str
+    answered_by: str
+
+
 #: Every RPC method the kernel calls -> (params, result). The test compares each with the broker's models.
 KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "grants.get": (OriginParams, GrantsGetResult),
@@ -358,6 +376,7 @@ KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "checkpoints.list": (CheckpointsListParams, CheckpointsListResult),
     "checkpoints.revert": (CheckpointsRevertParams, CheckpointsRevertResult),
     "workspace.diff": (WorkspaceDiffParams, WorkspaceDiffResult),
+    "elicitation.answer": (ElicitationAnswerParams, ElicitationAnswerResult),
 }
 
 
@@ -391,6 +410,23 @@ class ToolProposedData(TypedDict, total=False):
     call_id: str
     tool: str
     arguments: dict[str, Any]
+
+
+class ToolValidatedData(TypedDict, total=False):
+    run_id: str
+    call_id: str
+    tool_class: str
+
+
+class ReviewData(TypedDict, total=False):
+    """``run.review``: review mode's verdict on a write."""
+
+    run_id: str
+    call_id: str
+    verdict: str
+    reason: str
+    failed: bool
+    model: str
 
 
 class ToolDecidedData(TypedDict, total=False):
@@ -472,6 +508,8 @@ KERNEL_EVENTS: dict[str, type] = {
     "run.started": RunStartedData,
     "run.text_delta": TextDeltaData,
     "run.tool_proposed": ToolProposedData,
+    "run.tool_validated": ToolValidatedData,
+    "run.review": ReviewData,
     "run.tool_decided": ToolDecidedData,
     "run.tool_finished": ToolFinishedData,
     "run.usage": UsageData,
