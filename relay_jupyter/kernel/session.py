@@ -156,6 +156,8 @@ class Session:
         self.grant_epoch = 0
         """Bumped whenever the grant state is set; a stale background ``grants.get`` must not undo a revoke."""
         self.runs: dict[str, asyncio.Task[Any]] = {}
+        self.provenance: list[dict[str, Any]] = []
+        """This kernel's answers' provenance records, newest last (``relay.provenance()``)."""
         self.prewarm_task: asyncio.Task[None] | None = None
         """The ``%load_ext`` pre-warm (``prewarm.py``) while the first cell has not waited for it."""
         self.prewarm_error: str | None = None
