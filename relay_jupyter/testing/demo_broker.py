@@ -34,7 +34,7 @@ from typing import Any, Self
 
 from ..protocol.local import unix_socket_answers
 
-__all__ = ["MODEL_KEY_VARS", "NotebookBroker", "headless"]
+__all__ = ["MODEL_KEY_VARS", "NotebookBroker", "ToolsNotOffered", "headless"]
 
 #: Environment variables holding model keys; not handed to a private daemon unless ``keep_keys``.
 MODEL_KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "RELAY_ANTHROPIC_API_KEY",
@@ -42,6 +42,17 @@ MODEL_KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY",
 _KERNEL_VARS = ("RELAY_URL", "RELAY_KERNEL_CREDENTIAL", "RELAY_TOKEN")
 _START_TIMEOUT = 30.0
 _IDLE_TIMEOUT = 1800  # a safety net: a daemon whose kernel died without stop() exits by itself
+
+
+#: The daemon's per-request access logger: left out of :meth:`NotebookBroker.log_tail` by default.
+_ACCESS_LOGGER = "relay_jupyter.daemon.access"
+
+
+class ToolsNotOffered(TimeoutError):
+    """:meth:`NotebookBroker.wait_for_tools` gave up. Shown as one line in a notebook (no traceback)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mrelay:\x1b[0m {' '.join(str(self).split())}"]
 
 
 def headless() -> bool:
@@ -118,15 +129,27 @@ class NotebookBroker:
     def url(self) -> str:
         return f"unix://{self.socket_path}"
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of the daemon's log (what it printed, and its log file)."""
+    def log_tail(self, lines: int = 40, *, access: bool = False) -> str:
+        """The end of the daemon's log (what it printed, and its log file): relay's own messages; the
+        per-request access lines (``relay_jupyter.daemon.access``, mostly this object's own polling) only
+        with ``access=True``."""
         out = []
         for path in (self._path("daemon.out"), self.data_dir / "logs" / "daemon.log"):
             try:
-                out += path.read_text(errors="replace").splitlines()[-lines:]
+                found = path.read_text(errors="replace").splitlines()
             except OSError:
                 continue
+            out += [line for line in found if access or _ACCESS_LOGGER not in line][-lines:]
         return "\n".join(out[-lines:])
+
+    def _unavailable(self, servers: set[str]) -> str | None:
+        """The daemon's one-line reason why one of ``servers`` could not be connected, if it logged one."""
+        for line in reversed(self.log_tail(400).splitlines()):
+            for server in servers:
+                marker = f"MCP server '{server}' unavailable: "
+                if marker in line:
+                    return line[line.index(marker):][:600]
+        return None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -210,16 +233,22 @@ class NotebookBroker:
         after the daemon starts). Returns the names of all tools offered.
 
         Raises:
-            TimeoutError: naming the tools still missing.
+            ToolsNotOffered: naming the tools still missing, at once when the daemon logged that their MCP
+                server could not start (with its reason); a one-line error in a notebook.
         """
         deadline = time.monotonic() + timeout
+        servers = {n.split("__", 1)[0] for n in names if "__" in n}
         while True:
             offered = [t.get("name") for t in (self.rpc("tools.list") or {}).get("tools", [])]
             missing = [n for n in names if n not in offered]
             if not missing:
                 return offered
+            reason = self._unavailable(servers)
+            if reason is not None:
+                raise ToolsNotOffered(f"the broker does not offer {', '.join(missing)}: {reason}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the broker does not offer {', '.join(missing)}; see broker.log_tail()")
+                raise ToolsNotOffered(f"the broker does not offer {', '.join(missing)} after {timeout:.0f} s; "
+                                      "see broker.log_tail()")
             time.sleep(0.2)  # the MCP server is starting in another process: nothing to await here
 
     def _answers(self) -> bool:
