@@ -107,8 +107,11 @@ class Broker:
         if config.store_url:  # a PostgreSQL store shared by several brokers (docs/multi-user.md)
             from ..storage.postgres import PgAuditMirror, PostgresStore
 
+            from ..core.teams import default_user
+
+            # each user's own schema (grants, runs, conversations...); teams' rows and the audit copy shared
             store = PostgresStore.open(config.store_url, password_file=config.store_password_file,
-                                       secrets_file=config.secrets_file)
+                                       secrets_file=config.secrets_file, namespace=config.user or default_user())
         else:
             store = Store.open(root / "relay.db")
         try:

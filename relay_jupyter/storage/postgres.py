@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+from ..core.teams import TEAM_PREFIX
 from ..core.types import AuditRecord, Event, Grant, ToolClass
 from ..protocol.names import TERMINAL_EVENTS, EventType
 from ._db import check_amount, check_text, dumps
@@ -54,9 +55,10 @@ from .errors import StorageUnavailable, StoreError
 from .events import _PERMISSION_TYPES, _check_event, _event, _middle, _parse
 from .journal import INTERRUPTED, RUNNING, _check_dict, _check_finish
 from .leases import DEFAULT_LEASE_TTL, host_identity, owner_alive, process_start
-from .pg_schema import migrate
+from .pg_schema import MIGRATION_LOCK, migrate
 
-__all__ = ["PgAuditMirror", "PgCheckpointJournal", "PostgresStore", "is_postgres_url", "read_password"]
+__all__ = ["SHARED_SCHEMA", "PgAuditMirror", "PgCheckpointJournal", "PostgresStore", "is_postgres_url", "read_password",
+           "schema_for"]
 
 log = logging.getLogger("relay_jupyter.storage")
 
@@ -73,6 +75,24 @@ STATEMENT_TIMEOUT_MS = 15000
 """No statement may hold a broker thread longer than this (a lock wait included)."""
 
 _MAX_PASSWORD_FILE = 4096
+
+
+SHARED_SCHEMA = "relay_shared"
+"""The schema of what namespaced stores share: team ledger rows and holds, the audit copy."""
+
+
+def schema_for(namespace: str) -> str:
+    """``relay_u_<namespace>``: lower-case letters, digits and ``_`` (other characters, or a name that
+    would be cut, add a hash of the whole name so two users never share a schema)."""
+    import hashlib
+    import re
+
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError("a store namespace must be a non-empty string")
+    plain = re.sub(r"[^a-z0-9_]", "_", namespace.lower())[:40]
+    if plain != namespace:
+        plain = f"{plain}_{hashlib.sha256(namespace.encode()).hexdigest()[:10]}"
+    return f"relay_u_{plain}"
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -277,16 +297,16 @@ class PgDatabase:
         self.close()
 
 
-def _add(conn: Any, key: str, day: str, tokens: int, cost_usd: float) -> None:
-    conn.execute("INSERT INTO ledger (origin, day, tokens, cost_usd) VALUES (%s, %s, %s, %s) "
-                 "ON CONFLICT (origin, day) DO UPDATE SET tokens = ledger.tokens + excluded.tokens, "
-                 "cost_usd = ledger.cost_usd + excluded.cost_usd", (key, day, tokens, cost_usd))
+def _add(conn: Any, key: str, day: str, tokens: int, cost_usd: float, s: str = "") -> None:
+    conn.execute(f"INSERT INTO {s}ledger AS l (origin, day, tokens, cost_usd) VALUES (%s, %s, %s, %s) "
+                 "ON CONFLICT (origin, day) DO UPDATE SET tokens = l.tokens + excluded.tokens, "
+                 "cost_usd = l.cost_usd + excluded.cost_usd", (key, day, tokens, cost_usd))
 
 
-def _sweep(conn: Any, now: float) -> int:
+def _sweep(conn: Any, now: float, s: str = "") -> int:
     """Charge expired live holds (their ledger rows updated in key order: no deadlock between two
-    brokers sweeping at once); forget charged holds a day after expiry."""
-    expired = conn.execute("UPDATE budget_holds SET charged = true WHERE NOT charged AND expires_at <= %s "
+    brokers sweeping at once); forget charged holds a day after expiry. ``s``: the schema prefix."""
+    expired = conn.execute(f"UPDATE {s}budget_holds SET charged = true WHERE NOT charged AND expires_at <= %s "
                            "RETURNING origin, day, tokens, cost_usd", (now,)).fetchall()
     totals: dict[tuple[str, str], list[float]] = {}
     for origin, day, tokens, cost in expired:
@@ -294,8 +314,8 @@ def _sweep(conn: Any, now: float) -> int:
         t[0] += int(tokens)
         t[1] += float(cost)
     for (origin, day), (tokens, cost) in sorted(totals.items()):
-        _add(conn, origin, day, int(tokens), float(cost))
-    conn.execute("DELETE FROM budget_holds WHERE charged AND expires_at <= %s", (now - 86400.0,))
+        _add(conn, origin, day, int(tokens), float(cost), s)
+    conn.execute(f"DELETE FROM {s}budget_holds WHERE charged AND expires_at <= %s", (now - 86400.0,))
     return len(expired)
 
 
@@ -329,16 +349,31 @@ def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, met
 
 
 class PostgresStore(PgDatabase):
-    """The PostgreSQL store. Create with :meth:`open`; close with :meth:`close`."""
+    """The PostgreSQL store. Create with :meth:`open`; close with :meth:`close`.
+
+    With a ``namespace`` (a user name: per-user brokers sharing one database), everything of this
+    store lives in the schema ``relay_u_<namespace>`` (two users' notebooks of the same name never
+    meet: grants, conversations, runs, events, trust, checkpoints and leases are theirs alone), and
+    what users share lives in ``relay_shared``: the ledger rows and holds of teams (``team:<name>``)
+    and the audit copy (what team views query). Without one, everything is in the connection's
+    default schema.
+    """
 
     owner_id: str | None = None
     lease_ttl: float = DEFAULT_LEASE_TTL
+    _shared: str = ""
+    """``relay_shared.`` when namespaced (the prefix of the shared tables), else ``""``."""
+    schema: str | None = None
+
+    def _ls(self, key: str) -> str:
+        """The schema prefix of the ledger rows and holds of ``key``: teams' are shared."""
+        return self._shared if key.startswith(TEAM_PREFIX) else ""
 
     @classmethod
     def open(cls, url: str, *, password: str | None = None, password_file: str | os.PathLike[str] | None = None,
              secrets_file: str | os.PathLike[str] | None = None, clock: Callable[[], float] = time.time,
              min_size: int = POOL_MIN, max_size: int = POOL_MAX,
-             statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> PostgresStore:
+             statement_timeout_ms: int = STATEMENT_TIMEOUT_MS, namespace: str | None = None) -> PostgresStore:
         """Connect (a pool of ``min_size``..``max_size`` connections) and migrate.
 
         Raises:
@@ -369,18 +404,32 @@ class PostgresStore(PgDatabase):
                                   "connect_timeout": CONNECT_TIMEOUT}
         if password is not None:
             kwargs["password"] = password
+        schema = schema_for(namespace) if namespace is not None else None
+        if schema is not None:
+            kwargs["options"] += f" -c search_path={schema}"
         # one probe connection first: a refused login or an unreachable host is one clear error at
         # start, not a pool retrying in the background
         try:
             with psycopg.connect(url, **kwargs) as conn:
-                migrate(conn, where=shown)
+                if schema is None:
+                    migrate(conn, where=shown)
+                else:
+                    for name in (SHARED_SCHEMA, schema):
+                        with conn.transaction():
+                            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
+                        conn.execute(f"SET search_path TO {name}")
+                        migrate(conn, where=f"{shown} (schema {name})")
         except psycopg.Error as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1 if "FATAL" not in str(exc) else 0]
             raise StoreError(f"cannot open the relay database {shown}: {first.strip()}", data={"url": shown}) from None
         pool = ConnectionPool(url, kwargs=kwargs, min_size=min_size, max_size=max_size, timeout=POOL_TIMEOUT,
                               check=ConnectionPool.check_connection, open=False, name="relay-store")
         pool.open(wait=True, timeout=POOL_TIMEOUT)
-        return cls(pool, shown, clock)
+        store = cls(pool, shown, clock)
+        if schema is not None:
+            store.schema, store._shared = schema, SHARED_SCHEMA + "."
+        return store
 
     @property
     def checkpoints(self) -> PgCheckpointJournal:
@@ -412,7 +461,8 @@ class PostgresStore(PgDatabase):
 
     # -- ledger and holds ------------------------------------------------------------------------
     def usage(self, origin: str, day: str) -> tuple[int, float]:
-        rows = self.query("SELECT tokens, cost_usd FROM ledger WHERE origin = %s AND day = %s", (origin, day))
+        rows = self.query(f"SELECT tokens, cost_usd FROM {self._ls(origin)}ledger WHERE origin = %s AND day = %s",
+                          (origin, day))
         return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
 
     def add_usage(self, origin: str, day: str, tokens: int, cost_usd: float) -> None:
@@ -421,11 +471,11 @@ class PostgresStore(PgDatabase):
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
         with self.transaction() as conn:
-            _add(conn, origin, day, int(tokens), float(cost_usd))
+            _add(conn, origin, day, int(tokens), float(cost_usd), self._ls(origin))
 
     def held(self, origin: str, day: str) -> tuple[int, float]:
-        rows = self.query("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
-                          "WHERE origin = %s AND day = %s AND NOT charged", (origin, day))
+        rows = self.query(f"SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM {self._ls(origin)}"
+                          "budget_holds WHERE origin = %s AND day = %s AND NOT charged", (origin, day))
         return int(rows[0][0]), float(rows[0][1])
 
     def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
@@ -438,19 +488,20 @@ class PostgresStore(PgDatabase):
         check_text("day", day)
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
-        hold_id = secrets.token_hex(12)
+        sch = self._ls(origin)
+        hold_id = ("t" if sch else "") + secrets.token_hex(12)  # "t": a hold in the shared (team) schema
         if self._current() is None:
             self.sweep_holds(now)
         with self.transaction() as conn:
             if self._current() is not conn:  # pragma: no cover - defensive
                 raise StoreError("budget hold outside its transaction")
             used = conn.execute(
-                "INSERT INTO ledger (origin, day) VALUES (%s, %s) ON CONFLICT (origin, day) "
-                "DO UPDATE SET tokens = ledger.tokens RETURNING tokens, cost_usd", (origin, day)).fetchone()
-            held = conn.execute("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
+                f"INSERT INTO {sch}ledger AS l (origin, day) VALUES (%s, %s) ON CONFLICT (origin, day) "
+                "DO UPDATE SET tokens = l.tokens RETURNING tokens, cost_usd", (origin, day)).fetchone()
+            held = conn.execute(f"SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM {sch}budget_holds "
                                 "WHERE origin = %s AND day = %s AND NOT charged", (origin, day)).fetchone()
             check(int(used[0]), float(used[1]), int(held[0]), float(held[1]))
-            conn.execute("INSERT INTO budget_holds (hold_id, origin, day, tokens, cost_usd, created_at, expires_at) "
+            conn.execute(f"INSERT INTO {sch}budget_holds (hold_id, origin, day, tokens, cost_usd, created_at, expires_at) "
                          "VALUES (%s, %s, %s, %s, %s, %s, %s)",
                          (hold_id, origin, day, int(tokens), float(cost_usd), float(now), float(expires_at)))
         return hold_id
@@ -459,27 +510,32 @@ class PostgresStore(PgDatabase):
         if tokens is not None:
             check_amount("tokens", tokens)
             check_amount("cost_usd", cost_usd)
+        sch = self._shared if hold_id.startswith("t") else ""
         with self.transaction() as conn:
-            row = conn.execute("SELECT origin, day, tokens, cost_usd, charged FROM budget_holds WHERE hold_id = %s "
-                               "FOR UPDATE", (hold_id,)).fetchone()
+            row = conn.execute(f"SELECT origin, day, tokens, cost_usd, charged FROM {sch}budget_holds "
+                               "WHERE hold_id = %s FOR UPDATE", (hold_id,)).fetchone()
             if row is None:
                 return False
             origin, day, held_t, held_c, charged = row
             if tokens is not None and cost_usd is not None:
                 t, c = (max(0, tokens - held_t), max(0.0, cost_usd - held_c)) if charged else (tokens, cost_usd)
-                _add(conn, origin, day, int(t), float(c))
-            conn.execute("DELETE FROM budget_holds WHERE hold_id = %s", (hold_id,))
+                _add(conn, origin, day, int(t), float(c), sch)
+            conn.execute(f"DELETE FROM {sch}budget_holds WHERE hold_id = %s", (hold_id,))
             return not charged
 
     def sweep_holds(self, now: float) -> int:
         with self.transaction() as conn:
-            return _sweep(conn, now)
+            n = _sweep(conn, now)
+        if self._shared:
+            with self.transaction() as conn:
+                n += _sweep(conn, now, self._shared)
+        return n
 
     def ledger_rows(self, prefix: str = "") -> list[tuple[str, str, int, float]]:
         """``(key, day, tokens, cost_usd)`` of every ledger row whose key starts with ``prefix``
         (the admin view of spend per user and team)."""
-        rows = self.query("SELECT origin, day, tokens, cost_usd FROM ledger WHERE starts_with(origin, %s) "
-                          "ORDER BY origin, day", (prefix,))
+        rows = self.query(f"SELECT origin, day, tokens, cost_usd FROM {self._ls(prefix)}ledger "
+                          "WHERE starts_with(origin, %s) ORDER BY origin, day", (prefix,))
         return [(o, d, int(t), float(c)) for o, d, t, c in rows]
 
     # -- conversations ---------------------------------------------------------------------------
@@ -939,7 +995,7 @@ class PostgresStore(PgDatabase):
     def append_audit(self, record: AuditRecord) -> None:
         """Store a copy of an audit record (already appended to the broker's local log, whose ``seq`` it keeps)."""
         with self.transaction() as conn:
-            conn.execute("INSERT INTO audit (local_seq, owner, ts, origin, tool, decision, code, run_id, record) "
+            conn.execute(f"INSERT INTO {self._shared}audit (local_seq, owner, ts, origin, tool, decision, code, run_id, record) "
                          "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                          (record.seq, self.owner_id, record.ts, record.origin, record.tool, record.decision,
                           record.code, record.run_id, record.model_dump_json()))
@@ -959,7 +1015,7 @@ class PostgresStore(PgDatabase):
         if since is not None:
             where.append("ts >= %s")
             args.append(float(since))
-        sql = "SELECT record FROM audit" + (" WHERE " + " AND ".join(where) if where else "")
+        sql = f"SELECT record FROM {self._shared}audit" + (" WHERE " + " AND ".join(where) if where else "")
         rows = self.query(sql + " ORDER BY seq DESC LIMIT %s", [*args, max(0, operator.index(limit))])
         return [AuditRecord.model_validate_json(r[0]) for r in reversed(rows)]
 

@@ -2,7 +2,8 @@
 alice's and bob's, each with its own data dir (audit log, workspaces, socket) and one shared
 ``store_url``. Their users are in one team: what alice's run spends is gone from bob's remaining
 budget, and bob's run is refused once the team's day budget cannot hold his request, with the
-team named in the refusal. Both leases live in the database; neither daemon recovers the other's runs."""
+team named in the refusal. Each user's grants, conversations, runs and leases are in their own
+schema: bob's conversation "c1" is not alice's "c1"."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ def _rpc(daemon: Daemon, method: str, params: dict) -> dict:
         conn.close()
 
 
-def _run(daemon: Daemon, prompt: str) -> dict:
-    reply = _rpc(daemon, "run.start", {"conversation": "c1", "prompt": prompt})
+def _run(daemon: Daemon, prompt: str, conversation: str = "c1") -> dict:
+    reply = _rpc(daemon, "run.start", {"conversation": conversation, "prompt": prompt})
     assert "error" not in reply, reply
     run_id = reply["result"]["run_id"]
     wait_for(lambda: _rpc(daemon, "runs.get", {"run_id": run_id})["result"]["run"]["state"] != "running",
@@ -61,9 +62,9 @@ def _run(daemon: Daemon, prompt: str) -> dict:
 
 def test_two_users_daemons_share_a_team_budget_on_one_database(postgres_db, tmp_path: Path) -> None:
     url, password_file = postgres_db
-    with PostgresStore.open(url, password_file=password_file) as store:
-        for origin in ("daemon:nb",):  # each daemon's client "nb": the same origin name in two brokers
-            GrantBook(store).issue(Grant(origin=origin, tools=frozenset({"*"}), models=frozenset({"*"}),
+    for user in ("alice", "bob"):  # each daemon's client "nb": the same origin name in two users' brokers
+        with PostgresStore.open(url, password_file=password_file, namespace=user) as store:
+            GrantBook(store).issue(Grant(origin="daemon:nb", tools=frozenset({"*"}), models=frozenset({"*"}),
                                          consent_id="terminal",
                                          budget=Budget(requests_per_minute=None, tokens_per_day=10_000_000,
                                                        cost_per_day_usd=None)))
@@ -74,14 +75,14 @@ def test_two_users_daemons_share_a_team_budget_on_one_database(postgres_db, tmp_
         probe = _start(tmp_path / "probe", "alice", url, password_file, fake, 10**9)
         try:
             fake.enqueue(Reply(text("probe"), usage=Usage(input_tokens=10**8, output_tokens=5)))
-            assert _run(probe, "hello")["state"] == "done"
+            assert _run(probe, "hello", "probe")["state"] == "done"
             reserve = _rpc(probe, "budget.get", {})["result"]["usage"]["teams"][0]["day"]["tokens"]
             max_tokens = int(fake.requests[-1].body["max_tokens"])
         finally:
             probe.stop()
-        with PostgresStore.open(url, password_file=password_file) as store:  # a fresh day for the team
-            with store.transaction() as conn:
-                conn.execute("DELETE FROM ledger")
+        with PostgresStore.open(url, password_file=password_file, namespace="alice") as store:
+            with store.transaction() as conn:  # a fresh day for the team
+                conn.execute("DELETE FROM relay_shared.ledger")
         assert reserve > max_tokens > 500
         # the team's day: alice's 1000 and one more request, with 500 to spare
         limit = 1000 + reserve + 500
@@ -100,17 +101,20 @@ def test_two_users_daemons_share_a_team_budget_on_one_database(postgres_db, tmp_
             fake.enqueue(Reply(text("bob's answer"), usage=Usage(input_tokens=1, output_tokens=max_tokens)))
             bob_run = _run(bob, "bob asks")
             assert bob_run["state"] == "done", bob_run
+            # bob's conversation "c1" is his own: alice's prompt of her "c1" never reached his request
+            assert "alice asks" not in json.dumps(fake.requests[-1].body) and "bob asks" in json.dumps(
+                fake.requests[-1].body)
             refused = _run(bob, "bob asks again")
             assert refused["state"] == "budget_exhausted", refused
-            with PostgresStore.open(url, password_file=password_file) as store:
+            with PostgresStore.open(url, password_file=password_file, namespace="bob") as store:
                 [end] = [e for e in store.events_since(0) if e.run_id == refused["run_id"]
                          and e.type == "run.budget_exhausted"]
                 assert end.data["team"] == "ml" and end.data["limit"] == "team_tokens_per_day"
                 assert "team ml's daily token budget" in end.data["message"]
-                assert len(store.leases()) == 2  # both daemons' leases, in the database
-                assert store.runs_to_recover() == []
+                assert len(store.leases()) == 1 and store.runs_to_recover() == []  # bob's lease, bob's runs
         finally:
             for d in (alice, bob):
                 d.stop()
-    with PostgresStore.open(url, password_file=password_file) as store:
-        assert store.leases() == []
+    for user in ("alice", "bob"):
+        with PostgresStore.open(url, password_file=password_file, namespace=user) as store:
+            assert store.leases() == []

@@ -261,3 +261,43 @@ def test_a_lock_held_elsewhere_cannot_hang_a_broker(postgres_db: tuple[str, Path
         assert store.usage("o", "2026-12-01") == (2, 0.0)
     finally:
         store.close()
+
+
+def test_namespaces_keep_users_apart_and_share_teams_and_audit(postgres_db: tuple[str, Path], tmp_path: Path) -> None:
+    """Per-user brokers on one database: alice's and bob's notebooks of the same name are different
+    rows (own schemas), their teams' ledger rows, holds and the audit copy are one (relay_shared)."""
+    url, pw = postgres_db
+    alice = PostgresStore.open(url, password_file=pw, namespace="alice")
+    bob = PostgresStore.open(url, password_file=pw, namespace="bob")
+    odd = PostgresStore.open(url, password_file=pw, namespace="Bob.Smith@example.org")
+    try:
+        assert alice.schema == "relay_u_alice" and bob.schema == "relay_u_bob"
+        assert odd.schema is not None and odd.schema.startswith("relay_u_bob_smith_example_org_")
+        nb = "notebook:analysis.ipynb"
+        alice.put_grant(_grant(nb))
+        alice.save_conversation("c1", nb, "", [{"role": "user", "content": "alice's secret"}], {})
+        alice.append_event("x", {"who": "alice"}, origin=nb)
+        assert bob.get_grant(nb) is None and bob.load_conversation("c1") is None
+        assert bob.events_since(0) == [] and odd.list_grants() == []
+        alice.acquire_lease()
+        assert bob.leases() == []  # bob's brokers never recover alice's runs
+        # a team's rows are shared: alice's hold is in bob's view, settled once
+        team = "team:ml"
+        h = alice.hold(team, "2026-12-01", 100, 0.5, now=1.0, expires_at=100.0, check=lambda *a: None)
+        assert h.startswith("t") and bob.held(team, "2026-12-01") == (100, 0.5)
+        assert alice.finish_hold(h, 60, 0.25) is True and bob.finish_hold(h, 60, 0.25) is False
+        assert bob.usage(team, "2026-12-01") == (60, 0.25) and alice.usage(team, "2026-12-01") == (60, 0.25)
+        # a notebook's own rows are not
+        alice.add_usage(nb, "2026-12-01", 7, 0.0)
+        assert bob.usage(nb, "2026-12-01") == (0, 0.0)
+        # expired team holds are charged by whichever broker sweeps first, once
+        bob.hold(team, "2026-12-01", 40, 0.0, now=1.0, expires_at=2.0, check=lambda *a: None)
+        assert alice.sweep_holds(3.0) == 1 and bob.sweep_holds(3.0) == 0
+        assert bob.usage(team, "2026-12-01") == (100, 0.25)
+        # the audit copy is the team's: both users' records in one place
+        alice.append_audit(AuditRecord(seq=1, ts=1.0, origin=nb, tool="t", decision="allow"))
+        bob.append_audit(AuditRecord(seq=1, ts=2.0, origin=nb, tool="t", decision="deny"))
+        assert [r.decision for r in alice.audit_records()] == ["allow", "deny"]
+    finally:
+        for s in (alice, bob, odd):
+            s.close()
