@@ -9,8 +9,8 @@ Streamable HTTP: the endpoint policy, the capped transport, the version check, e
 list the tools, call the tools the scenario names. It is a test driver, not a product path:
 
 - an elicitation is answered the way a person submitting the card unchanged would (the form's
-  defaults, :func:`relay_jupyter.mcp.elicitation.defaults_of`), which is what
-  ``elicitation-sep1034-client-defaults`` checks;
+  defaults, as the card fills them in), which is what ``elicitation-sep1034-client-defaults`` checks;
+  relay's checks (form mode, bounds, no credential fields) still apply;
 - OAuth scenarios (``auth/*``) use the same connection, so they show what a user of such a server sees.
 
 Exit 0 when every step worked, 1 otherwise (the suite judges by its own checks, not by the exit code).
@@ -22,10 +22,12 @@ import asyncio
 import json
 import os
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 from ..mcp.config import HttpServerConfig
 from ..mcp.connection import McpConnection, McpToolError
+from ..mcp.elicitation import ElicitationAnswer, ElicitationAsk, call_context
 
 __all__ = ["main"]
 
@@ -37,18 +39,21 @@ _CALLS: dict[str, list[tuple[str, dict[str, Any]]]] = {
 }
 
 
-async def _answer_with_defaults(request: Any) -> dict[str, Any]:
-    """A person pressing Submit on an unchanged card: accept with the schema's defaults."""
-    from ..mcp.elicitation import defaults_of
-
-    return {"action": "accept", "content": defaults_of(request.schema)}
+async def _answer_with_defaults(ask: ElicitationAsk) -> ElicitationAnswer:
+    """A person pressing Submit on an unchanged card: accept with the form's defaults (what the card
+    fills in). A question relay refused to show is declined, as in the notebook."""
+    if ask.refused is not None:
+        return ElicitationAnswer("decline", answered_by="relay")
+    return ElicitationAnswer("accept", {f.name: f.default for f in ask.fields if f.default is not None},
+                             answered_by="conformance")
 
 
 async def run(url: str, scenario: str) -> int:
     config = HttpServerConfig(name="conformance", url=url)
     connection = McpConnection(config, call_timeout=20.0, connect_timeout=20.0)
-    if hasattr(connection, "elicitation_handler"):
-        connection.elicitation_handler = _answer_with_defaults
+    connection.elicitation_handler = _answer_with_defaults
+    # every call runs for one "notebook", as the broker's calls do (an unattributed question is declined)
+    context = SimpleNamespace(origin="conformance", originator="conformance", run_id=None)
     ok = True
     try:
         await connection.open()
@@ -60,13 +65,15 @@ async def run(url: str, scenario: str) -> int:
                 print(f"tool {name} not listed", flush=True)
                 ok = False
                 continue
-            result = await connection.call_tool(name, arguments)
+            with call_context(context):
+                result = await connection.call_tool(name, arguments)
             print(f"{name}: {json.dumps(result)[:500]}", flush=True)
             ok = ok and not result.get("is_error")
         if not _CALLS.get(scenario):
             # every other scenario (initialize, auth/*): one call of the first tool, as a run would
             for tool in tools[:1]:
-                result = await connection.call_tool(tool.name, {})
+                with call_context(context):
+                    result = await connection.call_tool(tool.name, {})
                 print(f"{tool.name}: {json.dumps(result)[:500]}", flush=True)
     except McpToolError as exc:
         print(f"relay: {exc.message}", flush=True)

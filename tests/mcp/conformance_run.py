@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,11 +35,19 @@ def scenarios(suite_dir: Path) -> list[str]:
     return [line.strip()[2:].split(" [")[0] for line in client.splitlines() if line.strip().startswith("- ")]
 
 
+def _netns() -> bool:
+    return shutil.which("unshare") is not None and shutil.which("ip") is not None and subprocess.run(
+        ["unshare", "-n", "true"], capture_output=True).returncode == 0
+
+
 def run_scenario(suite_dir: Path, scenario: str, timeout_ms: int = 30000) -> dict:
     env = dict(os.environ, PATH=f"{suite_dir / 'node_modules' / '.bin'}:{os.environ['PATH']}")
     with tempfile.TemporaryDirectory(prefix="relay-conf-") as work:
-        proc = subprocess.run([str(suite_bin(suite_dir)), "client", "--command", ADAPTER, "--scenario", scenario,
-                               "--timeout", str(timeout_ms), "-o", str(Path(work, "results"))],
+        argv = [str(suite_bin(suite_dir)), "client", "--command", ADAPTER, "--scenario", scenario,
+                "--timeout", str(timeout_ms), "-o", str(Path(work, "results"))]
+        if _netns():  # nothing the suite or the adapter starts can reach beyond loopback
+            argv = ["unshare", "-n", "sh", "-c", 'ip link set lo up 2>/dev/null; exec "$@"', "sh", *argv]
+        proc = subprocess.run(argv,
                               env=env, cwd=work, capture_output=True, text=True, timeout=timeout_ms / 1000 + 60)
         checks: list[dict] = []
         for path in Path(work, "results").rglob("checks.json"):
