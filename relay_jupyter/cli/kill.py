@@ -1,0 +1,169 @@
+"""``jupyter relay kill``: the kill switch from a terminal (issue 13 item 2; the side panel's "Stop all runs",
+``relay.kill()`` in a kernel).
+
+It reaches every broker of this user and calls its ``kill`` RPC (docs/protocol.md): every run stops and every
+pending permission request is denied.
+
+- **Jupyter servers** (``jupyter_server.serverapp.list_running_servers``: the ``jpserver-*.json`` files of this
+  user's runtime dir): ``POST <url>relay/rpc`` ``kill {all: true}`` (or ``{origin}``) authenticated with the
+  server's token, which makes the call the server's own user, as the side panel's is. A server without the
+  relay extension (HTTP 404) is skipped. The token is read from the server's private info file and sent only
+  to that server's loopback address, never through an environment proxy.
+- **Standalone daemons** (``jupyter relay status``'s state files): a daemon client acts on its own origin
+  only (``kill {all: true}`` is for a browser session), so for each origin with a run still running (read
+  from the daemon's database, read-only) the command connects under that origin's client name (a daemon's
+  client name is a label on the same user's socket, not a boundary: docs/daemon.md) and calls ``kill {}``.
+
+One line per broker; exit 1 when no broker was found, 2 when one could not be stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sqlite3
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..core.netaddr import is_loopback_host
+from ..protocol.local import UnixHTTPConnection
+from ..server.daemon import read_states
+from ..server.daemon_auth import read_token, token_path
+
+__all__ = ["register"]
+
+_TIMEOUT = 10.0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``kill`` to ``jupyter relay``."""
+    k = subparsers.add_parser("kill", help="stop every run and deny every pending request, in every broker of "
+                                           "this user (Jupyter servers and daemons)")
+    k.add_argument("--origin", help="only this notebook (e.g. notebook:analysis.ipynb, daemon:kernel:nb.ipynb)")
+    k.add_argument("--json", action="store_true", help="machine-readable output")
+    k.set_defaults(func=_cmd_kill)
+
+
+def _rpc_body(params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "kill", "params": params}).encode()
+
+
+def _result(raw: bytes) -> dict[str, Any]:
+    reply = json.loads(raw)
+    if not isinstance(reply, dict):
+        raise ValueError("not a JSON-RPC answer")
+    if reply.get("error"):
+        error = reply["error"]
+        code = (error.get("data") or {}).get("code") if isinstance(error, dict) else None
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise ValueError(f"{message} [{code}]" if code else str(message))
+    result = reply.get("result") or {}
+    return {"cancelled_runs": int(result.get("cancelled_runs", 0)),
+            "denied_requests": int(result.get("denied_requests", 0))}
+
+
+def _servers() -> list[dict[str, Any]]:
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:  # pragma: no cover - jupyter_server is a dependency
+        return []
+    return [s for s in list_running_servers() if isinstance(s, dict) and s.get("url")]
+
+
+def _kill_server(info: dict[str, Any], origin: str | None) -> dict[str, Any]:
+    url = str(info["url"])
+    out: dict[str, Any] = {"broker": f"jupyter server {url}", "error": None}
+    host = urlsplit(url).hostname or ""
+    if not is_loopback_host(host):
+        # the token would leave the machine: refuse (a remote server's panel has its own kill switch)
+        out["error"] = f"not a loopback address ({host}); use that server's side panel"
+        return out
+    params: dict[str, Any] = {"origin": origin} if origin else {"all": True}
+    request = urllib.request.Request(url.rstrip("/") + "/relay/rpc", data=_rpc_body(params), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"token {info.get('token') or ''}"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    try:
+        with opener.open(request, timeout=_TIMEOUT) as response:
+            out.update(_result(response.read(1 << 20)))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            out["skipped"] = True  # no relay extension in this server
+        else:
+            out["error"] = f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        out["error"] = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+    return out
+
+
+def _running_origins(data_dir: Path) -> list[str]:
+    """Origins with a run still running in a daemon's database (read-only: the daemon owns it)."""
+    db = data_dir / "relay.db"
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=_TIMEOUT)
+    try:
+        rows = conn.execute("SELECT DISTINCT origin FROM runs WHERE finished_at IS NULL").fetchall()
+    finally:
+        conn.close()
+    return sorted(str(r[0]) for r in rows)
+
+
+def _daemon_kill(state: dict[str, Any], client: str) -> dict[str, Any]:
+    parts = urlsplit(state["listen"])
+    headers = {"Content-Type": "application/json", "X-Relay-Client": client}
+    conn: http.client.HTTPConnection
+    if parts.scheme == "unix":
+        conn = UnixHTTPConnection(parts.path, _TIMEOUT)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=_TIMEOUT)
+        token = read_token(token_path(Path(state["data_dir"])))
+        if token:
+            headers["Authorization"] = "Bearer " + token.decode("ascii")
+    try:
+        conn.request("POST", "/relay/rpc", _rpc_body({}), headers)
+        return _result(conn.getresponse().read(1 << 20))
+    finally:
+        conn.close()
+
+
+def _kill_daemon(state: dict[str, Any], origin: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"broker": f"daemon {state['listen']} (pid {state['pid']})", "error": None,
+                           "cancelled_runs": 0, "denied_requests": 0}
+    try:
+        origins = _running_origins(Path(state["data_dir"]))
+        if origin is not None:
+            origins = [o for o in origins if o == origin]
+        for each in origins:
+            if not each.startswith("daemon:"):
+                continue
+            done = _daemon_kill(state, each.removeprefix("daemon:"))
+            out["cancelled_runs"] += done["cancelled_runs"]
+            out["denied_requests"] += done["denied_requests"]
+    except (OSError, ValueError, sqlite3.Error, http.client.HTTPException) as exc:
+        out["error"] = str(exc) or type(exc).__name__
+    return out
+
+
+def _cmd_kill(args: argparse.Namespace) -> int:
+    origin = args.origin.strip() if args.origin else None
+    results = [_kill_server(s, origin) for s in _servers()]
+    results = [r for r in results if not r.get("skipped")]
+    results += [_kill_daemon(state, origin) for state in read_states()]
+    if args.json:
+        print(json.dumps({"brokers": results}, indent=2))
+    elif not results:
+        print("no relay broker is running (no Jupyter server with the relay extension, no daemon)")
+    for r in results if not args.json else []:
+        if r["error"]:
+            print(f"{r['broker']}: not stopped: {r['error']}")
+        else:
+            print(f"{r['broker']}: stopped {r['cancelled_runs']} run(s), denied {r['denied_requests']} "
+                  "permission request(s)")
+    if not results:
+        return 1
+    return 2 if any(r["error"] for r in results) else 0
