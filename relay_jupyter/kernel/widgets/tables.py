@@ -79,7 +79,27 @@ def budget_numbers(info: dict[str, Any]) -> list[tuple[str, float | None, float 
         ("tokens today", _number(usage.get("tokens")) or 0.0, _number(usage.get("tokens_limit")), "tokens"),
         ("estimated cost today", _number(usage.get("cost_usd")) or 0.0, _number(usage.get("cost_limit")), "USD"),
         ("requests in the last minute", used_rpm, limit_rpm, "req"),
+        *_team_rows(usage.get("teams")),
     ]
+
+
+def _team_rows(teams: Any) -> list[tuple[str, float | None, float | None, str]]:
+    """The rows of each team budget the notebook draws from (docs/multi-user.md): used (with what is in
+    flight across the team) against each limit the team has, day and month."""
+    rows: list[tuple[str, float | None, float | None, str]] = []
+    for team in teams if isinstance(teams, list) else []:
+        if not isinstance(team, dict):
+            continue
+        name = str(team.get("team", "?"))
+        for period, when in (("day", "today"), ("month", "this month")):
+            part = team.get(period) if isinstance(team.get(period), dict) else {}
+            for used, held, limit, unit, what in (("tokens", "reserved_tokens", "tokens_limit", "tokens", "tokens"),
+                                                  ("cost_usd", "reserved_cost_usd", "cost_limit", "USD", "cost")):
+                cap = _number(part.get(limit))
+                if cap is not None:
+                    spent = (_number(part.get(used)) or 0.0) + (_number(part.get(held)) or 0.0)
+                    rows.append((f"team {name} {what} {when}", spent, cap, unit))
+    return rows
 
 
 def _number(value: Any) -> float | None:
