@@ -1,0 +1,73 @@
+"""``jupyter relay teams list``: the teams of the broker settings with what they spent, read from the store
+those settings name (PostgreSQL: the rows every user's broker shares; SQLite: the data dir's file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from relay_jupyter.core.budgets import BudgetLedger, utc_day
+from relay_jupyter.core.teams import Teams, teams_for_origin
+from relay_jupyter.core.types import Budget, Grant
+from relay_jupyter.storage import Store
+
+TEAMS = {"ml": {"members": ["alice", "bob"], "tokens_per_day": 5000, "cost_per_month_usd": 10}}
+
+
+def _cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "cfg"), "JUPYTER_DATA_DIR": str(tmp / "data")}
+    return subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "teams", "list", *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _spend(store, user: str, tokens: int, cost: float) -> None:
+    origin = f"user:{user}/notebook:a.ipynb"
+    ledger = BudgetLedger(store, teams_for=teams_for_origin(Teams.from_config(TEAMS), None))
+    grant = Grant(origin=origin, consent_id="c", budget=Budget(requests_per_minute=None))
+    ledger.reserve(origin, grant, tokens=tokens, cost_usd=cost).settle(tokens, cost)
+
+
+@pytest.mark.pg
+def test_teams_list_reads_the_shared_database(postgres_db, tmp_path: Path) -> None:
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    from relay_jupyter.storage.postgres import PostgresStore
+
+    url, pw = postgres_db
+    for user, tokens in (("alice", 1200), ("bob", 300)):
+        with PostgresStore.open(url, password_file=pw, namespace=user) as store:
+            _spend(store, user, tokens, 0.5)
+    cfg = tmp_path / "broker.json"
+    cfg.write_text(json.dumps({"store_url": url, "store_password_file": str(pw), "teams": TEAMS, "user": "carol"}))
+    done = _cli(tmp_path, "--config", str(cfg), "--json")
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)
+    day = utc_day(__import__("time").time())
+    assert row["team"] == "ml" and row["members"] == ["alice", "bob"]
+    assert row["day"] == {"key": day, "tokens": 1500, "cost_usd": 1.0, "reserved_tokens": 0, "reserved_cost_usd": 0.0,
+                          "tokens_limit": 5000, "cost_limit": None}
+    assert row["month"]["cost_usd"] == 1.0 and row["month"]["cost_limit"] == 10
+    text = _cli(tmp_path, "--config", str(cfg))
+    assert text.returncode == 0 and "1500 / 5000 tokens" in text.stdout and "1 / 10 USD" in text.stdout
+    assert pw.read_text().strip() not in text.stdout + text.stderr
+
+
+def test_teams_list_on_the_sqlite_store_and_its_one_line_errors(tmp_path: Path) -> None:
+    data = tmp_path / "relay"
+    with Store.open(data / "relay.db") as store:
+        _spend(store, "alice", 700, 0.25)
+    cfg = tmp_path / "broker.json"
+    cfg.write_text(json.dumps({"data_dir": str(data), "teams": TEAMS}))
+    done = _cli(tmp_path, "--config", str(cfg))
+    assert done.returncode == 0, done.stderr
+    assert "ml: alice, bob" in done.stdout and "700 / 5000 tokens" in done.stdout
+    cfg.write_text(json.dumps({"data_dir": str(data)}))
+    done = _cli(tmp_path, "--config", str(cfg))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no teams are configured" in done.stderr
+    cfg.write_text(json.dumps({"data_dir": str(data), "teams": {"ml": {"members": ["a"], "tokens_per_year": 1}}}))
+    done = _cli(tmp_path, "--config", str(cfg))
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "tokens_per_year" in done.stderr
