@@ -1,6 +1,11 @@
 """Broker configuration: one pydantic model built at the edge (traitlets in ``server/app.py``,
 command-line flags in the daemon) and handed to :class:`relay_jupyter.broker.broker.Broker`.
 
+Every field but :data:`INTERNAL_FIELDS` is a setting (:data:`SETTINGS`): ``c.RelayApp.<name>`` inside Jupyter and in
+the Jupyter config files the daemon reads, ``"<name>"`` in the daemon's ``--config`` JSON. ``RelayApp.broker_config``
+reads exactly these names from its traits (``tests/server/test_config_mapping.py`` checks that every trait is a
+field and every setting a trait, with the same default).
+
 Secrets are ``SecretStr`` so that a ``repr``, a log line or a ``model_dump`` never shows them.
 """
 
@@ -9,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
@@ -17,7 +22,7 @@ from ..backends.registry import secret_env_names
 from ..core.errors import Code, ConfigRefusal
 from ..protocol.run_choices import BackendName
 
-__all__ = ["DEFAULT_SECRET_ENV_VARS", "BrokerConfig", "check_private_file"]
+__all__ = ["DEFAULT_SECRET_ENV_VARS", "INTERNAL_FIELDS", "SETTINGS", "BrokerConfig", "check_private_file"]
 
 #: Environment variables never handed to a kernel: model keys (each backend's, declared in
 #: ``backends/registry.py``) and every Jupyter/JupyterHub token.
@@ -62,10 +67,10 @@ class BrokerConfig(BaseModel):
     data_dir: Path | None = None
     """Where the SQLite store and audit log live; None = ``<jupyter data dir>/relay``."""
     in_memory: bool = False
+    """Use the in-memory ports (tests, benchmarks); nothing is written to disk."""
     audit_file: str = Field("audit.jsonl", pattern=r"^[A-Za-z0-9_.-]{1,64}\.jsonl$")
     """Audit log file name in the data dir. The standalone daemon writes ``audit-daemon.jsonl`` so that it
     can run beside a relay-enabled Jupyter server on the same data dir (one writer per audit log)."""
-    """Use the in-memory ports (tests, benchmarks); nothing is written to disk."""
     consent_timeout: float = Field(300.0, gt=0, le=86_400)
     """Seconds a permission request waits for its originator before it is denied (PERMISSION_TIMEOUT)."""
     kernel_tool_timeout: float = Field(60.0, gt=0, le=3_600)
@@ -122,10 +127,9 @@ class BrokerConfig(BaseModel):
     default_backend: BackendName = "anthropic"
     allowed_models: tuple[str, ...] = ()
     """Models the broker allows at all ('' = every model a grant names)."""
-    default_tools: tuple[str, ...] = ("list_variables", "describe_dataframe")
-    """Tools a connect card proposes by default."""
-    headless_policy: Literal["deny", "allow_reads"] = "deny"
-    """What a kernel with no human should do with a write (the kernel side applies it)."""
+    default_tools: tuple[str, ...] = ("*",)
+    """Tools the connect card pre-checks (``grants.defaults`` returns them): exact tool names,
+    ``*`` for every tool offered (the default). The user can still tick or untick each one before Connect."""
     secret_env_vars: tuple[str, ...] = DEFAULT_SECRET_ENV_VARS
     """Environment variables scrubbed from every kernel's environment."""
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -172,3 +176,11 @@ class BrokerConfig(BaseModel):
             if secret is not None and secret.get_secret_value():
                 out.append(secret.get_secret_value())
         return out
+
+
+#: Fields that are not settings: chosen by the process that builds the broker (the daemon's own audit file
+#: name) or handed through to components (``extra``).
+INTERNAL_FIELDS = frozenset({"audit_file", "extra"})
+
+#: The settings, in field order: each is ``c.RelayApp.<name>`` (a trait of ``server/app.RelayApp``).
+SETTINGS: tuple[str, ...] = tuple(name for name in BrokerConfig.model_fields if name not in INTERNAL_FIELDS)

@@ -34,6 +34,23 @@ _BUFFER_RUNS = 32          # runs whose events may arrive before run.start retur
 _BUFFER_EVENTS = 10_000    # per such run
 
 
+def pre_checked(default_tools: list[str], name: object) -> bool:
+    """Whether the connect card pre-checks the tool ``name`` (``c.RelayApp.default_tools``: names or ``*``)."""
+    return "*" in default_tools or name in default_tools
+
+
+async def _default_tools(client: RelayClient) -> list[str]:
+    """``grants.defaults``' tools (``c.RelayApp.default_tools``); every tool for an older broker without it."""
+    try:
+        found = cast(wire.GrantsDefaultsResult, await client.call(Method.GRANTS_DEFAULTS, {}))
+    except RpcError as exc:
+        if exc.rpc_code != -32601:
+            raise
+        return ["*"]
+    tools = found.get("tools") if isinstance(found, dict) else None
+    return [str(t) for t in tools] if isinstance(tools, list) else ["*"]
+
+
 @dataclass
 class RunOptions:
     """Everything one ``%%agent`` cell asks for (parsed from the magic line)."""
@@ -244,9 +261,10 @@ class Session:
         listed = cast(wire.ToolsListResult, await client.call(Method.TOOLS_LIST, {}))
         tools = list((listed or {}).get("tools", [])) if isinstance(listed, dict) else []
         model = opts.model or self.default_model or "*"
+        checked = await _default_tools(client)
         budget: wire.BudgetDict = {"tokens_per_day": 200_000, "cost_per_day_usd": 5.0, "requests_per_minute": 30.0}
         if surface == "input":
-            names = [str(t.get("name")) for t in tools]
+            names = [str(t.get("name")) for t in tools if pre_checked(checked, t.get("name"))]
             shown = visible(", ".join(names), newlines=False) or "none"
             print(f"relay: connect this notebook? model {visible(model, newlines=False)}; tools {shown}; budget {budget}")
             reply = input("Connect? [y/N]: ").strip().lower()
@@ -255,7 +273,7 @@ class Session:
         else:
             from .widgets.connect_card import ConnectCard
 
-            card = ConnectCard(model, tools, budget)
+            card = ConnectCard(model, tools, budget, checked=checked)
             card.show()
             request = await card.wait(self.policy.timeout)
         if request is None:

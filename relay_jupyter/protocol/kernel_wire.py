@@ -167,6 +167,11 @@ class GrantsGetResult(TypedDict):
     grant: GrantDict | None
 
 
+class GrantsDefaultsResult(TypedDict):
+    tools: list[str]
+    """What the connect card pre-checks: tool names, ``*`` for every tool offered."""
+
+
 class GrantsCreateParams(TypedDict, total=False):
     tools: list[str]
     models: list[str]
@@ -359,6 +364,7 @@ class ElicitationAnswerResult(TypedDict):
 #: Every RPC method the kernel calls -> (params, result). The test compares each with the broker's models.
 KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "grants.get": (OriginParams, GrantsGetResult),
+    "grants.defaults": (OriginParams, GrantsDefaultsResult),
     "grants.create": (GrantsCreateParams, GrantResult),
     "grants.list": (OriginParams, GrantsListResult),
     "grants.revoke": (GrantsRevokeParams, RevokedResult),

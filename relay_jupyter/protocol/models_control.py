@@ -24,6 +24,7 @@ __all__ = [
     "Empty",
     "GrantResult",
     "GrantsCreateParams",
+    "GrantsDefaultsResult",
     "GrantsGetResult",
     "GrantsListResult",
     "GrantsRevokeParams",
@@ -67,6 +68,11 @@ class OriginParams(Strict):
 class GrantsGetResult(Strict):
     grant: Grant | None
     """The caller's grant, or null when it has none (or it expired)."""
+
+
+class GrantsDefaultsResult(Strict):
+    tools: list[str]
+    """What the connect card pre-checks (``c.RelayApp.default_tools``): tool names, ``*`` for every tool offered."""
 
 
 class GrantsCreateParams(Strict):

@@ -24,6 +24,7 @@ class Method:
     KERNEL_TOOL_RESULT = "kernel.tool_result"  # {request_id, content, is_error} (kernel answers a kernel-tool request)
     # grants, budgets, audit, runs (control)
     GRANTS_GET = "grants.get"            # {} -> {grant | null} for the caller's own origin
+    GRANTS_DEFAULTS = "grants.defaults"  # {} -> {tools} the tools the connect card pre-checks (default_tools)
     GRANTS_CREATE = "grants.create"      # {tools, models, budget, expires_in?} connect card click -> {grant}
     GRANTS_LIST = "grants.list"
     GRANTS_REVOKE = "grants.revoke"

@@ -20,7 +20,7 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode
 
 from ..broker.assembly import install_components, start_components, stop_components
 from ..broker.broker import Broker
-from ..broker.config import DEFAULT_SECRET_ENV_VARS, BrokerConfig
+from ..broker.config import DEFAULT_SECRET_ENV_VARS, SETTINGS, BrokerConfig
 from ..core.errors import ConfigRefusal
 from ..protocol.run_choices import BACKEND_NAMES
 from ..broker.kernel_bridge import end_kernel
@@ -44,6 +44,19 @@ def _route_relay_logs(server_log: logging.Logger) -> None:
 
 _PRUNE_EVERY_MS = 3_600_000
 _log = logging.getLogger(__name__)
+
+
+def _setting(name: str, value: Any) -> Any:
+    """A trait's value as its ``BrokerConfig`` field takes it: an empty string is "not set" (None) for a field
+    that may be None (paths, URLs, keys); lists become tuples; pydantic does the rest (str -> Path, SecretStr)."""
+    field = BrokerConfig.model_fields[name]
+    if value == "" and field.default is None:
+        return None
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
 
 
 class RelayApp(ExtensionApp):
@@ -80,6 +93,10 @@ class RelayApp(ExtensionApp):
                               help="Seconds a model turn may go without content; keep-alive pings do not count.")
     secrets_file = Unicode("", config=True, help="A 0600 file holding keys; refused when others can read it.")
     mcp_config_path = Unicode("", config=True, help="Path of mcp.json (MCP servers to connect).")
+    lease_ttl = Float(30.0, config=True, help="Seconds a broker's lease in the store lives without renewal; then "
+                                              "another broker treats its runs as a dead broker's.")
+    storage_check_interval = Float(2.0, config=True,
+                                   help="Seconds between storage probes while the store cannot be written.")
     store_url = Unicode("", config=True,
                         help="postgresql://user@host:port/db: a PostgreSQL store shared by several brokers "
                              "(pip install relay-jupyter[postgres]; never with a password). Empty: SQLite in data_dir.")
@@ -93,10 +110,9 @@ class RelayApp(ExtensionApp):
     default_model = Unicode("claude-sonnet-4-5", config=True, help="Model used when a run names none.")
     default_backend = Enum(list(BACKEND_NAMES), "anthropic", config=True, help="Backend used by default.")
     allowed_models = List(Unicode(), config=True, help="Models the broker allows at all (empty: any a grant names).")
-    default_tools = List(Unicode(), ["list_variables", "describe_dataframe"], config=True,
-                         help="Tools a connect card proposes by default.")
-    headless_policy = Enum(["deny", "allow_reads"], "deny", config=True,
-                           help="What a kernel without a human does with a write request.")
+    default_tools = List(Unicode(), ["*"], config=True,
+                         help="Tools the connect card pre-checks: tool names, or '*' for every tool offered "
+                              "(the user can still untick them).")
     secret_env_vars = List(Unicode(), list(DEFAULT_SECRET_ENV_VARS), config=True,
                            help="Environment variables removed from every kernel's environment.")
     data_dir = Unicode("", config=True, help="Where the relay database and audit log live "
@@ -111,40 +127,10 @@ class RelayApp(ExtensionApp):
                              "even with approval.")
 
     def broker_config(self) -> BrokerConfig:
-        """The traitlets as a validated :class:`BrokerConfig`."""
-        return BrokerConfig(
-            data_dir=Path(self.data_dir) if self.data_dir else None,
-            in_memory=self.in_memory,
-            consent_timeout=self.consent_timeout,
-            kernel_tool_timeout=self.kernel_tool_timeout,
-            heartbeat_interval=self.heartbeat_interval,
-            event_retention_seconds=self.event_retention_seconds,
-            event_retention_count=self.event_retention_count,
-            max_body_bytes=self.max_body_bytes,
-            sse_queue_size=self.sse_queue_size,
-            anthropic_api_key=self.anthropic_api_key or None,
-            anthropic_base_url=self.anthropic_base_url or None,
-            openai_base_url=self.openai_base_url or None,
-            openai_api_key=self.openai_api_key or None,
-            allow_insecure_endpoints=tuple(self.allow_insecure_endpoints),
-            turn_timeout=self.turn_timeout,
-            turn_idle_timeout=self.turn_idle_timeout,
-            secrets_file=Path(self.secrets_file) if self.secrets_file else None,
-            mcp_config_path=Path(self.mcp_config_path) if self.mcp_config_path else None,
-            store_url=self.store_url or None,
-            store_password_file=Path(self.store_password_file) if self.store_password_file else None,
-            teams=dict(self.teams),
-            user=self.user or None,
-            pricing=dict(self.pricing),
-            default_model=self.default_model,
-            default_backend=self.default_backend,
-            allowed_models=tuple(self.allowed_models),
-            default_tools=tuple(self.default_tools),
-            headless_policy=self.headless_policy,
-            secret_env_vars=tuple(self.secret_env_vars),
-            read_roots=tuple(self.read_roots),
-            secret_globs=tuple(self.secret_globs),
-        )
+        """The traitlets as a validated :class:`BrokerConfig`: every setting (``broker.config.SETTINGS``, the
+        model's fields) is read from the trait of the same name, so none can be left out of the mapping
+        (``tests/server/test_config_mapping.py``)."""
+        return BrokerConfig(**{name: _setting(name, getattr(self, name)) for name in SETTINGS})
 
     def _secret_values(self) -> list[str]:
         values = self.broker.config.secret_values()

@@ -13,6 +13,7 @@ from ...core.types import Budget, Grant
 from ...protocol.models_control import (
     GrantResult,
     GrantsCreateParams,
+    GrantsDefaultsResult,
     GrantsGetResult,
     GrantsListResult,
     GrantsRevokeParams,
@@ -32,6 +33,13 @@ rpc = Namespace(ACCESS, "grants")
             doc="The caller's live grant (null when none or expired). Browser: name the origin.")
 async def grants_get(req: Request, params: OriginParams) -> GrantsGetResult:
     return GrantsGetResult(grant=req.broker.grants.get(req.target))
+
+
+@rpc.method(Method.GRANTS_DEFAULTS, OriginParams, GrantsDefaultsResult, scope=Scope.ANY,
+            doc="What the connect card proposes: the tools it pre-checks (c.RelayApp.default_tools; '*': every "
+                "tool offered). The same for every notebook of the server.")
+async def grants_defaults(req: Request, params: OriginParams) -> GrantsDefaultsResult:
+    return GrantsDefaultsResult(tools=list(req.broker.config.default_tools))
 
 
 @rpc.method(Method.GRANTS_CREATE, GrantsCreateParams, GrantResult,

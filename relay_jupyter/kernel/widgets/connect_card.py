@@ -25,7 +25,9 @@ def connect_text(model: str, tools: list[str], budget: dict[str, Any], status: s
 class ConnectCard:
     """Model, tool checkboxes and budget fields; Connect / Cancel. :meth:`wait` returns the grant or None."""
 
-    def __init__(self, model: str, tools: list[dict[str, Any]], budget: dict[str, Any]) -> None:
+    def __init__(self, model: str, tools: list[dict[str, Any]], budget: dict[str, Any], *,
+                 checked: list[str] | None = None) -> None:
+        """``checked``: the tools pre-checked (names, ``*`` for all; None: all), ``c.RelayApp.default_tools``."""
         import ipywidgets as w
 
         self.loop = asyncio.get_running_loop()
@@ -37,7 +39,8 @@ class ConnectCard:
         for tool in tools:
             klass = tool.get("class") or tool.get("tool_class") or "write"
             # a description is a text node (description_allow_html is off); invisible characters are shown
-            check = w.Checkbox(value=True, description=visible(f"{tool.get('name')} ({klass})", newlines=False),
+            pre = checked is None or "*" in checked or tool.get("name") in checked
+            check = w.Checkbox(value=pre, description=visible(f"{tool.get('name')} ({klass})", newlines=False),
                                indent=False)
             check.tool_name = tool.get("name")
             self.checks.append(check)
