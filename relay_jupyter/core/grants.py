@@ -70,7 +70,7 @@ class GrantBook:
         # took 1.8 s with 10k grants of 1k tools: issue 18). ``issue`` and ``narrow`` read the stored
         # grant first, so a grant's consent is always seen before the book replaces it; a grant the
         # book never read (nor listed) and that is deleted is forgotten, like one deleted before start.
-        # Consent ids are fresh random ids (broker/control.py, cli/grants.py): this check is defence
+        # Consent ids are fresh random ids (broker/methods/grants.py, cli/grants.py): this check is defence
         # in depth against a replayed consent, not the only guard.
         self._seen: dict[str, set[str]] = {}
 

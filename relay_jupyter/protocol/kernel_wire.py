@@ -1,7 +1,7 @@
 """The kernel's side of the wire, typed: what a kernel sends and receives, as ``TypedDict``s.
 
 The broker validates every RPC with strict pydantic models (``protocol/models_*.py``,
-``broker/workspace_methods.py``). The kernel must not import pydantic (``%load_ext`` stays cheap:
+``protocol/models_workspace.py``). The kernel must not import pydantic (``%load_ext`` stays cheap:
 ``tests/kernel/test_prewarm.py``), so it gets these plain ``TypedDict`` twins instead: they cost
 nothing at run time (a ``dict`` is a ``dict``) and give its code the field names in one place.
 
@@ -141,7 +141,7 @@ ToolInfoDict = TypedDict("ToolInfoDict", {
 
 
 class CheckpointDict(TypedDict):
-    """One ``checkpoints.list`` entry (``broker/workspace_methods.CheckpointInfo``)."""
+    """One ``checkpoints.list`` entry (``protocol/models_workspace.CheckpointInfo``)."""
 
     id: str
     target: str

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from .run_choices import BackendName
+from .strict import Strict
 
 __all__ = [
     "Attachment",
@@ -37,8 +38,7 @@ CONVERSATION_NAME_PATTERN = r"^[A-Za-z0-9._:@#/\-]{1,200}$"
 ConversationName = Annotated[str, Field(min_length=1, max_length=200, pattern=CONVERSATION_NAME_PATTERN)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = Strict  # the one base of the wire models (protocol/strict.py)
 
 
 class Attachment(_Strict):

@@ -81,3 +81,12 @@ def test_a_method_outside_its_namespace_is_refused_at_registration():
         rpc.method("budget.get", Empty, Empty, doc="")
     with pytest.raises(RuntimeError, match="outside the namespace"):
         rpc.method("grantsx.get", Empty, Empty, doc="")
+
+
+def test_every_wire_model_has_the_one_strict_base():
+    from relay_jupyter.protocol.strict import Strict
+
+    load_methods()
+    loose = sorted(f"{name}: {model.__name__}" for name, spec in METHODS.items()
+                   for model in (spec.params, spec.result) if not issubclass(model, Strict))
+    assert not loose, f"wire models that do not forbid unknown fields through protocol.strict.Strict: {loose}"
