@@ -29,7 +29,7 @@ from ..core.types import AuditRecord, Budget, Grant
 from ..storage.audit_log import AuditLog
 from ..storage.errors import StoreError
 from ..storage.paths import data_dir, ensure_private_dir
-from ..storage.sqlite import DB_NAME, Store
+from .teams import open_configured_store
 
 __all__ = ["parse_budget", "parse_duration", "parse_list", "register"]
 
@@ -179,7 +179,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
     grant = Grant(origin=origin, tools=tools, models=models, budget=budget, expires_at=expires, created_at=now,
                   consent_id=f"terminal:{int(now * 1000)}-{secrets.token_hex(4)}")
     root = _root(args)
-    store = Store.open(root / DB_NAME)
+    store = open_configured_store(root)  # c.RelayApp.store_url: the PostgreSQL store the broker reads
     try:
         stored = GrantBook(store, cache_ttl=0).issue(grant)
     finally:
@@ -193,7 +193,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    store = Store.open(_root(args) / DB_NAME)
+    store = open_configured_store(_root(args))
     try:
         book = GrantBook(store, cache_ttl=0)
         grants = book.list()
@@ -212,7 +212,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_revoke(args: argparse.Namespace) -> int:
     origin = _check_origin(args.origin)
     root = _root(args)
-    store = Store.open(root / DB_NAME)
+    store = open_configured_store(root)
     try:
         revoked = GrantBook(store, cache_ttl=0).revoke(origin)
     finally:

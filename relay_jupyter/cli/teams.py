@@ -16,7 +16,7 @@ from ..core.budgets import utc_day
 from ..core.errors import Code, ConfigRefusal
 from ..core.teams import Teams, default_user
 
-__all__ = ["register", "team_rows"]
+__all__ = ["open_configured_store", "register", "team_rows"]
 
 
 def register(subparsers: Any) -> None:
@@ -60,6 +60,22 @@ def _open_store(config: Any) -> Any:
 
     root = Path(config.data_dir) if config.data_dir else data_dir()
     return Store.open(root / "relay.db")
+
+
+def open_configured_store(root: Path) -> Any:
+    """The store the user's broker uses: the PostgreSQL ``store_url`` of ``c.RelayApp`` in the Jupyter
+    config files (this user's namespace), else the SQLite file in ``root`` (the data dir). Terminal
+    commands that edit what a broker reads (``jupyter relay grants``) open it here, so a grant issued
+    from the terminal reaches a broker on PostgreSQL."""
+    from ..broker.config import BrokerConfig
+    from ..server.jupyter_config import broker_settings_from_files
+
+    settings = broker_settings_from_files()
+    if settings.get("store_url"):
+        return _open_store(BrokerConfig.model_validate(settings))
+    from ..storage.sqlite import DB_NAME, Store
+
+    return Store.open(Path(root) / DB_NAME)
 
 
 def _limit(used: float, held: float, limit: float | None, unit: str) -> str:
