@@ -9,6 +9,9 @@ Visibility (who may see an event) is decided here, once, for replay and live del
 Each live subscriber has a bounded buffer (:class:`Subscription`). Fan-out never blocks and never
 grows memory: when a buffer is full the subscriber is marked overflowed and its ``on_overflow``
 callback closes the connection; the client reconnects with ``since`` and replays from the store.
+
+Subscribers are indexed by what they may see (browser sessions: everything; others: their origin),
+so fan-out of an event costs the subscribers that get it, not every subscriber (issue 18).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.caller import Caller, CallerKind
-from ..core.ports import EventStore
+from ..core.ports import EventItem, EventStore
 from ..core.types import Event
 from ..protocol.names import TERMINAL_EVENTS, EventType
 from ..protocol.sse import encode_event, encode_raw
@@ -104,6 +107,10 @@ class EventBus:
     def __init__(self, store: EventStore) -> None:
         self.store = store
         self._subscribers: set[Subscription] = set()
+        self._everything: set[Subscription] = set()
+        """Browser sessions: they see every event."""
+        self._by_origin: dict[str | None, set[Subscription]] = {}
+        """Other subscribers by the origin they act as (None: broadcasts only)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.active_runs: set[str] = set()
@@ -123,15 +130,11 @@ class EventBus:
         """
         return self.append_many([(type, dict(data or {}), origin, run_id)])[0]
 
-    def append_many(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]) -> list[Event]:
+    def append_many(self, items: Sequence[EventItem]) -> list[Event]:
         """Store a batch of (type, data, origin, run_id) in one transaction and deliver it."""
-        framed = getattr(self.store, "append_events_framed", None)
-        if framed is not None:
-            # the SQLite store hands back the SSE frames it stored: encoding an event again (pydantic
-            # dump + json) was most of the time between an append and its delivery
-            events, frames = framed(items)
-        else:
-            events, frames = self.store.append_events(items), None
+        # the store hands back the SSE frames it stored: encoding an event again (pydantic dump +
+        # json) was most of the time between an append and its delivery
+        events, frames = self.store.append_events_framed(items)
         self.appended += len(events)
         if self._loop is not None and threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(self._fanout, events, frames)
@@ -160,27 +163,47 @@ class EventBus:
 
         def deliver() -> None:
             self._track_run(probe)
-            for sub in list(self._subscribers):
-                if can_see(sub.caller, probe):
-                    sub.offer(None, frame)
+            for sub in self._audience(origin):
+                sub.offer(None, frame)
 
         if self._loop is not None and threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(deliver)
         else:
             deliver()
 
+    def _audience(self, origin: str | None) -> list[Subscription]:
+        """The live subscribers that may see an event of ``origin`` (the rules of :func:`can_see`)."""
+        if origin is None:
+            return list(self._subscribers)
+        mine = self._by_origin.get(origin)
+        return [*self._everything, *mine] if mine else list(self._everything)
+
     def _fanout(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
         for n, event in enumerate(events):
             self._track_run(event)
             if not self._subscribers:
                 continue
+            audience = self._audience(event.origin)
+            if not audience:
+                continue
             # encoded at most once (or taken from the store), shared by every subscriber
-            frame: bytes | None = frames[n] if frames is not None else None
-            for sub in list(self._subscribers):
-                if can_see(sub.caller, event):
-                    if frame is None:
-                        frame = encode_event(event)
-                    sub.offer(event.id, frame)
+            frame = frames[n] if frames is not None else encode_event(event)
+            for sub in audience:
+                sub.offer(event.id, frame)
+
+    def _index(self, sub: Subscription) -> None:
+        if sub.caller.kind is CallerKind.BROWSER:
+            self._everything.add(sub)
+        else:
+            self._by_origin.setdefault(sub.caller.origin, set()).add(sub)
+
+    def _unindex(self, sub: Subscription) -> None:
+        self._everything.discard(sub)
+        group = self._by_origin.get(sub.caller.origin)
+        if group is not None:
+            group.discard(sub)
+            if not group:
+                del self._by_origin[sub.caller.origin]
 
     def _track_run(self, event: Event) -> None:
         if event.run_id is None:
@@ -202,12 +225,14 @@ class EventBus:
             self._loop, self._loop_thread = loop, threading.get_ident()
         sub = Subscription(caller, maxsize, on_overflow)
         self._subscribers.add(sub)
+        self._index(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription, reason: str = "closed") -> None:
         """Forget a subscriber (idempotent); ``reason`` is counted for the metrics."""
         if sub in self._subscribers:
             self._subscribers.discard(sub)
+            self._unindex(sub)
             self.disconnects[reason] = self.disconnects.get(reason, 0) + 1
         sub.closed = True
 
@@ -222,24 +247,20 @@ class EventBus:
         for sub in list(self._subscribers):
             old = sub.caller
             if old.kind is CallerKind.KERNEL and old.client_id == caller.client_id and old.origin != caller.origin:
+                self._unindex(sub)
                 sub.caller = caller
+                self._index(sub)
                 moved += 1
         return moved
 
     def replay_frames(self, caller: Caller, since: int, *, limit: int) -> tuple[int, bytes, bool]:
         """One page of replay: ``(next_since, frames, done)`` with the SSE frames of stored events
-        after ``since`` that ``caller`` may see. Uses the store's SQL-filtered ``replay_sse`` when it
-        has one (the SQLite store), else filters ``events_since`` here."""
+        after ``since`` that ``caller`` may see. A page scans at most ``limit`` stored events (it may
+        hold no frame for this caller and still not be the last): bounded work per page, so the
+        SSE handler yields to the loop between pages."""
         origins = None if caller.kind is CallerKind.BROWSER else ([caller.origin] if caller.origin else [])
-        replay_sse = getattr(self.store, "replay_sse", None)
-        if replay_sse is not None:
-            last, frames = replay_sse(since, limit=limit, origins=origins)
-            return last, frames, not frames
-        rows = self.store.events_since(since, limit=limit)
-        if not rows:
-            return since, b"", True
-        frames = b"".join(encode_event(e) for e in rows if can_see(caller, e))
-        return rows[-1].id, frames, False
+        last, frames = self.store.replay_sse(since, limit=limit, origins=origins)
+        return last, frames, last == since
 
     def last_event_id(self) -> int:
         return self.store.last_event_id()

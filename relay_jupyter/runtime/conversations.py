@@ -1,33 +1,46 @@
-"""Conversation history as the runtime stores it, and the in-memory store used by tests.
+"""Conversation history as the runtime stores it.
 
 A conversation is a list of normalized messages (see ``backends.base``), each with ``turn``: the
 index of the ``%%agent`` cell run that produced it. Forking at turn *n* drops turn *n* and every
-later one, so re-running an earlier cell replaces its turn. The durable store is
-``storage.sqlite.Store``; anything with the methods of :class:`ConversationStore` works.
+later one, so re-running an earlier cell replaces its turn.
+
+The store is append-only (``core.ports.ConversationStore``: a row per message): a run loads its
+history once, at its start, and then writes only what it adds (:class:`HistoryWriter`), so a turn
+costs what it adds, not what came before (issue 18). ``MemoryConversations`` is the in-memory store
+(``core.memory.MemoryStore``), for tests and benchmarks.
 """
 
 from __future__ import annotations
 
-import copy
-import threading
-import time
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-__all__ = ["ConversationStore", "MemoryConversations", "next_turn", "fork_history"]
+from ..core.memory import MemoryStore
+from ..core.ports import ConversationStore
+
+__all__ = ["ConversationStore", "HistoryWriter", "MemoryConversations", "fork_history", "next_turn"]
+
+MemoryConversations = MemoryStore
 
 
-@runtime_checkable
-class ConversationStore(Protocol):
-    """What ``storage.sqlite.Store`` offers for conversations (and :class:`MemoryConversations`)."""
+class HistoryWriter:
+    """Writes a run's history to the store append-only: the messages not yet stored, from the first
+    one that changed. ``stored`` is how many messages of the history the store holds as they are."""
 
-    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
-        """``{conv_id, origin, name, messages, meta, created_at, updated_at}`` or None."""
-    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
-                          meta: dict[str, Any]) -> None:
-        """Insert or replace."""
-    def delete_conversation(self, conv_id: str) -> bool: ...
-    def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
-        """Summaries without messages, newest first."""
+    def __init__(self, store: ConversationStore, conv_id: str, origin: str, stored: int = 0) -> None:
+        self.store, self.conv_id, self.origin = store, conv_id, origin
+        self.stored = stored
+
+    def save(self, history: list[dict[str, Any]], name: str, meta: dict[str, Any]) -> None:
+        """Store ``history`` (which extends what was stored: the runtime only appends to it).
+
+        When the store holds fewer messages than this writer wrote (a transaction around an earlier
+        save rolled back, e.g. a full disk at a run's end), the whole history is written again."""
+        start = min(self.stored, len(history))
+        try:
+            self.store.append_messages(self.conv_id, self.origin, name, start, history[start:], meta)
+        except ValueError:
+            self.store.save_conversation(self.conv_id, self.origin, name, history, meta)
+        self.stored = len(history)
 
 
 def next_turn(history: list[dict[str, Any]]) -> int:
@@ -39,39 +52,3 @@ def next_turn(history: list[dict[str, Any]]) -> int:
 def fork_history(history: list[dict[str, Any]], at_turn: int) -> list[dict[str, Any]]:
     """``history`` without turn ``at_turn`` and everything after it."""
     return [m for m in history if not (isinstance(m.get("turn"), int) and m["turn"] >= at_turn)]
-
-
-class MemoryConversations:
-    """A :class:`ConversationStore` in a dict (tests, benchmarks), same shapes as the SQLite store."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._rows: dict[str, dict[str, Any]] = {}
-
-    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
-        """A deep copy of the stored row, or None."""
-        with self._lock:
-            row = self._rows.get(conv_id)
-            return copy.deepcopy(row) if row else None
-
-    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
-                          meta: dict[str, Any]) -> None:
-        """Insert or replace; ``created_at`` is kept."""
-        now = time.time()
-        with self._lock:
-            created = self._rows.get(conv_id, {}).get("created_at", now)
-            self._rows[conv_id] = {"conv_id": conv_id, "origin": origin, "name": name,
-                                   "messages": copy.deepcopy(messages), "meta": copy.deepcopy(meta),
-                                   "created_at": created, "updated_at": now}
-
-    def delete_conversation(self, conv_id: str) -> bool:
-        """Remove; True when it existed."""
-        with self._lock:
-            return self._rows.pop(conv_id, None) is not None
-
-    def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
-        """Summaries (``message_count`` instead of messages), newest first."""
-        with self._lock:
-            rows = [{k: v for k, v in r.items() if k != "messages"} | {"message_count": len(r["messages"])}
-                    for r in self._rows.values() if origin is None or r["origin"] == origin]
-        return sorted(rows, key=lambda r: r["updated_at"], reverse=True)

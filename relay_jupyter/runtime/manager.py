@@ -10,7 +10,6 @@ refused, cancelled or "outcome unknown" included — before anything else is sen
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,7 +26,7 @@ from ..protocol.names import EventType
 from ..storage.errors import StoreError
 from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block, user_message
-from .conversations import next_turn
+from .conversations import HistoryWriter, next_turn
 from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens, usage_event
 from .executor import Executor
 from .recovery import recover, stored_messages
@@ -110,11 +109,9 @@ class _Run:
     steps: int = 0
     finished: bool = False
     store_failure: Exception | None = None
+    writer: HistoryWriter | None = None
+    """Writes the history append-only (set when the run loads it, once, at its start)."""
     """A store write of this run failed (a full disk): the run ends with its code."""
-
-
-async def _maybe(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 class RunManager:
@@ -294,13 +291,13 @@ class RunManager:
 
     async def _loop(self, run: _Run, backend: Backend) -> None:
         cfg, params, ctx = self.config, run.params, run.ctx
-        history = stored_messages(self.conversations.load_conversation(ctx.conversation))
+        history = self._load_history(run)
         run.turn = next_turn(history)
         call_ids = CallIds(history_ids(history))
         history.append(user_message(params.prompt, params.attachments, turn=run.turn))
         run.history = history
         self._save(run)
-        budget = await _maybe(self.gate.run_budget(ctx.origin))
+        budget = self.gate.run_budget(ctx.origin)
         # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
         # refuses and audits anything outside the grant (SCOPE_EXCEEDED)
         index = ToolIndex(self.providers, run.tool_ctx, allowed=params.tools)
@@ -317,7 +314,7 @@ class RunManager:
             specs = await self._offered(ctx.origin, index)
             # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
             estimate = estimate_request(cfg.system_prompt, messages, specs, max_tokens)
-            reservation = await _maybe(self.gate.begin_completion(ctx.origin, params.model,
+            reservation = (self.gate.begin_completion(ctx.origin, params.model,
                                                                   estimate=estimate, run=budget))
             turn = run.current = TurnResult()
             coalescer = Coalescer(lambda text: self._text_delta(run, text),
@@ -334,7 +331,7 @@ class RunManager:
                 ended = None
             finally:
                 # charged what judge_usage decides: reported, clamped, estimated, or the reservation
-                await _maybe(self.gate.settle_completion(
+                (self.gate.settle_completion(
                     reservation, params.model, turn.usage if turn.usage_reported else None, budget,
                     outcome=charge_outcome(turn, ended),
                     streamed_output_tokens=streamed_output_tokens(turn, max_tokens)))
@@ -353,7 +350,7 @@ class RunManager:
     async def _offered(self, origin: str, index: ToolIndex) -> list[Any]:
         """The specs of ``index`` that the live grant of ``origin`` allows (none without a grant)."""
         specs = index.specs()
-        allowed = set(await _maybe(self.gate.allowed_tools(origin, [s.name for s in specs])))
+        allowed = set(self.gate.allowed_tools(origin, [s.name for s in specs]))
         return [s for s in specs if s.name in allowed]
 
     async def _schedule(self, run: _Run, index: ToolIndex) -> None:
@@ -394,10 +391,19 @@ class RunManager:
         run.history.append({"role": "user", "content": blocks, "turn": run.turn})
         run.pending, run.results = [], {}
 
+    def _load_history(self, run: _Run) -> list[dict[str, Any]]:
+        """The conversation's stored messages, loaded once per run; later saves write only what the
+        run adds (issue 18: a turn's cost does not grow with the history)."""
+        history = stored_messages(self.conversations.load_conversation(run.ctx.conversation))
+        run.writer = HistoryWriter(self.conversations, run.ctx.conversation, run.ctx.origin, stored=len(history))
+        return history
+
     def _save(self, run: _Run) -> None:
         name = _name_of(run.history)
-        self.conversations.save_conversation(run.ctx.conversation, run.ctx.origin, name, run.history,
-                                             {"model": run.params.model, "backend": run.params.backend})
+        meta = {"model": run.params.model, "backend": run.params.backend}
+        if run.writer is None:
+            run.writer = HistoryWriter(self.conversations, run.ctx.conversation, run.ctx.origin)
+        run.writer.save(run.history, name, meta)
 
     # ---- ending ---------------------------------------------------------------------------
 
@@ -565,11 +571,11 @@ class _GateMeter:
         self.gate, self.origin, self.model = gate, origin, model
 
     async def begin(self, estimated_tokens: int) -> Any:
-        return await _maybe(self.gate.begin_completion(self.origin, self.model, estimated_tokens=estimated_tokens,
+        return (self.gate.begin_completion(self.origin, self.model, estimated_tokens=estimated_tokens,
                                                        purpose="review"))
 
     async def settle(self, handle: Any, usage: Any) -> None:
-        await _maybe(self.gate.settle_completion(handle, self.model, usage))
+        self.gate.settle_completion(handle, self.model, usage)
 
 
 def _name_of(history: list[dict[str, Any]]) -> str:

@@ -13,7 +13,7 @@ conversation, never re-executed:
 A permission request the dead broker left pending gets its ``permission.resolved`` (decision
 ``withdrawn``, ``answered_by: "recovery"``), so a panel replaying events shows no card nobody can answer.
 
-**Idempotent at every write.** With the SQLite store each run is repaired in *one* transaction: the
+**Idempotent at every write.** Each run is repaired in *one* store transaction: the
 calls' "outcome unknown" records, the answered conversation, the permission resolutions, the
 ``interrupted`` marker and the ``run.interrupted`` event commit together or not at all. A crash
 anywhere in recovery leaves each run either fully repaired or untouched (still unfinished, owner
@@ -30,6 +30,7 @@ import logging
 import os
 from typing import Any
 
+from ..core.ports import ConversationStore, Store
 from ..protocol.names import EventType
 from ..storage.errors import StoreError
 from .context import OUTCOME_UNKNOWN, tool_result_block
@@ -53,15 +54,9 @@ def _crash_point() -> None:
         os._exit(137)  # like SIGKILL: no cleanup, no flush
 
 
-def recover(journal: Any, conversations: Any, events: Any) -> list[str]:
+def recover(store: Store, conversations: ConversationStore, events: Any) -> list[str]:
     """Repair what dead brokers left unfinished (see the module docstring). Returns the ids of the
-    runs marked ``interrupted``."""
-    if hasattr(journal, "runs_to_recover") and hasattr(journal, "transaction"):
-        return _recover_store(journal, conversations, events)
-    return _recover_unshared(journal, conversations, events)
-
-
-def _recover_store(store: Any, conversations: Any, events: Any) -> list[str]:
+    runs marked ``interrupted``. ``events`` is the event bus (or a test's sink with ``append``)."""
     live = store.live_owners()
     done: list[str] = []
     for row in store.runs_to_recover(live):
@@ -92,7 +87,7 @@ def _recover_store(store: Any, conversations: Any, events: Any) -> list[str]:
     return done
 
 
-def _repair_run(store: Any, conversations: Any, row: dict[str, Any], live: set[str]) -> Any:
+def _repair_run(store: Store, conversations: ConversationStore, row: dict[str, Any], live: set[str]) -> Any:
     """One run, one transaction. None when the run was no longer unfinished (another broker's
     recovery got there first)."""
     run_id = row["run_id"]
@@ -136,38 +131,7 @@ def _publish(events: Any, store: Any, stored: tuple[list[Any], list[bytes]]) -> 
         events.append(event.type, event.data, origin=event.origin, run_id=event.run_id)
 
 
-def _recover_unshared(journal: Any, conversations: Any, events: Any) -> list[str]:
-    """Journals without transactions (the in-memory ports): every unfinished run is a dead one's
-    (nothing in memory outlives a crash), repaired write by write."""
-    rows = {r["run_id"]: r for r in journal.list_runs(limit=1_000_000)
-            if r.get("finished_at") is None}
-    ids = list(journal.unfinished_runs())
-    for run_id in ids:
-        row = rows.get(run_id, {})
-        finished = _finished_calls(journal, run_id)
-        unknown = {c["call_id"] for c in journal.calls_without_outcome(run_id)}
-        for call_id in unknown:
-            journal.call_outcome(run_id, call_id, {"status": "unknown", "outcome_unknown": True})
-        conversation = row.get("conversation")
-        if conversation:
-            _repair_history(conversations, conversation, row.get("origin", ""), unknown, finished)
-        journal.run_finished(run_id, "interrupted")
-        events.append(EventType.INTERRUPTED, {"run_id": run_id, "conversation": conversation,
-                                              "outcome_unknown": sorted(unknown)},
-                      origin=row.get("origin"), run_id=run_id)
-    return ids
-
-
-def _finished_calls(journal: Any, run_id: str) -> dict[str, dict[str, Any]]:
-    """Calls of ``run_id`` whose outcome the journal recorded before the crash (their results were
-    only in memory: a turn's results are stored together once every call of the turn is done)."""
-    get_run = getattr(journal, "get_run", None)
-    run = get_run(run_id) if get_run is not None else None
-    return {c["call_id"]: c["outcome"] for c in (run or {}).get("calls") or []
-            if isinstance(c.get("outcome"), dict)}
-
-
-def _repair_history(conversations: Any, conversation: str, origin: str, unknown: set[str],
+def _repair_history(conversations: ConversationStore, conversation: str, origin: str, unknown: set[str],
                     finished: dict[str, dict[str, Any]] | None = None) -> None:
     row = conversations.load_conversation(conversation) or {}
     history = stored_messages(row)
@@ -185,9 +149,8 @@ def _repair_history(conversations: Any, conversation: str, origin: str, unknown:
                 text, is_error = _recovered_answer(b["id"], unknown, finished or {})
                 blocks.append(tool_result_block(b["id"], b.get("name", ""), text, is_error))
     if blocks:
-        history.append({"role": "user", "content": blocks, "turn": turn})
-        conversations.save_conversation(conversation, row.get("origin") or origin, row.get("name", ""),
-                                        history, row.get("meta") or {})
+        conversations.append_messages(conversation, row.get("origin") or origin, row.get("name", ""), len(history),
+                                      [{"role": "user", "content": blocks, "turn": turn}], row.get("meta") or {})
 
 
 def _recovered_answer(call_id: str, unknown: set[str], finished: dict[str, dict[str, Any]]) -> tuple[str, bool]:

@@ -11,6 +11,7 @@ Paths (under ``{base_url}relay/``): ``rpc`` (POST), ``events`` (GET, SSE), ``hea
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -202,6 +203,8 @@ class EventsEndpoint(RelayEndpoint):
                     self.write(frames)
                     await self.flush()
                     broker.metrics.events_sent.inc(frames.count(b"\nevent: "))
+                else:  # a page of other origins' events: let the loop run before the next one
+                    await asyncio.sleep(0)
             last_sent = since
             heartbeat = broker.config.heartbeat_interval
             while not self._relay_stream_closed:

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Self
 
+from pydantic_core import to_json
+
 from ..core.types import AuditRecord
 from .errors import StoreError, storage_failure
 
@@ -97,22 +99,10 @@ def _last_good(path: Path) -> tuple[int, int]:
 
 
 def _with_seq(record: AuditRecord, seq: int) -> AuditRecord:
-    """``record.model_copy(update={"seq": seq})`` without pydantic's generic copy (three ``copy.copy``
-    calls), which was half the cost of an append. It sets the same four slots ``model_construct`` sets;
-    ``test_with_seq_equals_model_copy`` guards it against pydantic changes."""
-    stored = object.__new__(type(record))
-    values = dict(record.__dict__)
-    values["seq"] = seq
-    fields_set = record.__pydantic_fields_set__
-    if "seq" not in fields_set:
-        fields_set = fields_set | {"seq"}
-    # else the original's set is shared: both records are frozen (pydantic then never changes the set
-    # in place; model_copy copies it first), and the gate's records already name every field
-    object.__setattr__(stored, "__dict__", values)
-    object.__setattr__(stored, "__pydantic_fields_set__", fields_set)
-    object.__setattr__(stored, "__pydantic_extra__", record.__pydantic_extra__)
-    object.__setattr__(stored, "__pydantic_private__", record.__pydantic_private__)
-    return stored
+    """``record`` with its ``seq``: pydantic's public ``model_copy`` (issue 14 item 7: the hand-built
+    copy that wrote pydantic's private attributes saved about a microsecond per decision, which no
+    user can see)."""
+    return record.model_copy(update={"seq": seq})
 
 
 class AuditLog:
@@ -329,38 +319,67 @@ class AuditLog:
     def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
         """The last ``n`` records (oldest first), optionally only those of ``origin``.
 
-        Reads backwards through the live file and then the rotated ones; lines that do not parse
-        as a record (e.g. from an older format) are skipped.
+        Reads backwards through the live file and then the rotated ones, **without the append
+        lock** (appends go on meanwhile; a record is one ``write(2)`` of a whole line, so a reader
+        never sees half of one). For an origin, blocks and lines that do not contain its JSON
+        bytes are skipped before anything is parsed, so asking for an origin with no records in
+        a big log costs a byte scan, not a parse per line (issue 18). Lines that do not parse as a
+        record (e.g. from an older format) are skipped; a record met twice (a rotation during the
+        read) is returned once.
         """
         if n <= 0:
             return []
-        with self._cond:
-            # the whole live file: other writers may have appended after our last line
-            files = [(self.path, None), *((p, None) for p in self._rotated())]
-            found: list[AuditRecord] = []
-            for path, end in files:
-                for record in self._records_reverse(path, end):
-                    if origin is None or record.origin == origin:
-                        found.append(record)
-                        if len(found) == n:
-                            return found[::-1]
-        return found[::-1]
-
-    @staticmethod
-    def _records_reverse(path: Path, end: int | None) -> Iterator[AuditRecord]:
-        try:
-            # not a with-statement around the open: a missing rotated file ends the generator quietly,
-            # while the body's own errors must not be mistaken for that
-            fh = open(path, "rb")  # noqa: SIM115
-        except FileNotFoundError:
-            return
-        with fh:
-            stop = _last_newline_end(fh, os.fstat(fh.fileno()).st_size if end is None else end)
-            for _, line in _reverse_lines(fh, stop):
+        needle = None if origin is None else b'"origin":' + to_json(origin)
+        found: list[AuditRecord] = []
+        seen: set[int] = set()
+        for path in (self.path, *self._rotated()):
+            for line in _lines_reverse(path, needle):
                 try:
-                    yield AuditRecord.model_validate_json(line)
+                    record = AuditRecord.model_validate_json(line)
                 except ValueError:
                     continue
+                if (origin is not None and record.origin != origin) or record.seq in seen:
+                    continue
+                seen.add(record.seq)
+                found.append(record)
+                if len(found) == n:
+                    return found[::-1]
+        return found[::-1]
+
+
+_SCAN_BLOCK = 1 << 20
+
+
+def _lines_reverse(path: Path, needle: bytes | None) -> Iterator[bytes]:
+    """The complete lines of ``path``, newest first; with ``needle``, only lines containing it, and
+    a block without it is skipped whole (no line splitting). A missing file yields nothing."""
+    try:
+        # not a with-statement around the open: a missing rotated file ends the generator quietly,
+        # while the body's own errors must not be mistaken for that
+        fh = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    with fh:
+        pos = _last_newline_end(fh, os.fstat(fh.fileno()).st_size)
+        carry = b""  # the start of a line whose rest was read in the previous (later) block
+        while pos > 0:
+            step = min(_SCAN_BLOCK, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step) + carry
+            if pos > 0:
+                cut = block.find(b"\n")
+                if cut < 0:
+                    carry = block
+                    continue
+                carry, block = block[: cut + 1], block[cut + 1:]
+            else:
+                carry = b""
+            if needle is not None and needle not in block:
+                continue
+            for line in reversed(block.split(b"\n")):
+                if line and (needle is None or needle in line):
+                    yield line
 
 
 def read_audit_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

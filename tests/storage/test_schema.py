@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -155,3 +156,44 @@ def test_shares_the_file_with_the_checkpoint_journal(db_path: Path, checkpoints_
         store.close()
     with Store.open(db_path) as again:
         assert again.last_event_id() == 3 and again.unfinished_runs() == ["r"]
+
+
+def test_v4_file_upgrades_to_append_only_conversations_and_shared_checkpoints(db_path: Path) -> None:
+    """A file as schema 4 left it (conversations as one JSON array, the checkpoint journal's tables
+    made by the journal itself, no auto_vacuum) opens as schema 5 with everything kept."""
+    from relay_jupyter.storage.schema import V2_SQL, V3_SQL, V4_SQL
+
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    migrate(conn, [(1, V1_SQL), (2, V2_SQL), (3, V3_SQL), (4, V4_SQL)])
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi é"}], "turn": 0},
+            {"role": "assistant", "content": [{"type": "text", "text": "yo"}], "turn": 0}]
+    conn.execute("INSERT INTO conversations VALUES ('c', 'o', 'name', ?, '{\"model\": \"m\"}', 1.0, 2.0)",
+                 (json.dumps(msgs),))
+    conn.execute("INSERT INTO conversations VALUES ('empty', 'o', '', '[]', '{}', 1.0, 1.0)")
+    conn.executescript("""
+        CREATE TABLE relay_checkpoint_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO relay_checkpoint_meta VALUES ('version', '2');
+        CREATE TABLE relay_checkpoints (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+            origin TEXT NOT NULL, conversation TEXT, run_id TEXT NOT NULL, target TEXT NOT NULL,
+            pre_exists INTEGER NOT NULL, pre_sha256 TEXT, pre_image BLOB, post_sha256 TEXT, pending_sha256 TEXT,
+            state TEXT NOT NULL, note TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL, updated_at REAL NOT NULL,
+            owner TEXT);
+        INSERT INTO relay_checkpoints (id, origin, run_id, target, pre_exists, pre_image, state, created_at,
+            updated_at, owner) VALUES ('ckpt_old', 'o', 'r', 't', 1, x'6f6c64', 'applied', 0, 0, 'own_gone');
+    """)
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    conn.close()
+    with Store.open(db_path) as s:
+        with s.snapshot() as c:
+            assert schema_version(c) == SCHEMA_VERSION == 5
+            assert c.execute("SELECT messages FROM conversations WHERE conv_id = 'c'").fetchone()[0] == "[]"
+        assert s.query("PRAGMA auto_vacuum")[0][0] == 2  # switched over by one VACUUM at open
+        row = s.load_conversation("c")
+        assert row is not None and row["messages"] == msgs and row["meta"] == {"model": "m"}
+        assert (row["created_at"], row["updated_at"]) == (1.0, 2.0)
+        assert [(c["conv_id"], c["message_count"]) for c in s.list_conversations()] == [("c", 2), ("empty", 0)]
+        s.append_messages("c", "o", "name", 2, [{"role": "user", "content": "more", "turn": 1}], {})
+        assert len(s.load_conversation("c")["messages"]) == 3  # type: ignore[index]
+        # the journal's rows are the store's: same connection, the pre-image kept
+        assert s.checkpoints.get("ckpt_old").state == "applied"  # type: ignore[union-attr]
+        assert s.checkpoints.pre_image("ckpt_old") == b"old" and s.checkpoints.owner_of("ckpt_old") == "own_gone"

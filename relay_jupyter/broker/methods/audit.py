@@ -6,6 +6,8 @@ origin's (or the one it names).
 
 from __future__ import annotations
 
+import asyncio
+
 from ...protocol.models_control import AuditTailParams, AuditTailResult
 from ...protocol.names import Method
 from ._access import NOTEBOOK, Namespace, Request, Scope
@@ -19,4 +21,7 @@ rpc = Namespace(ACCESS, "audit")
 @rpc.method(Method.AUDIT_TAIL, AuditTailParams, AuditTailResult, scope=Scope.ANY,
             doc="The last n audit records (arguments redacted): a kernel sees its own origin's only.")
 async def audit_tail(req: Request, params: AuditTailParams) -> AuditTailResult:
-    return AuditTailResult(records=req.broker.audit.tail(params.n, origin=req.origin))
+    # a worker thread: reading a big log is file I/O that must not stall the loop (issue 18); the
+    # log's tail takes no lock an append needs (storage/audit_log.py)
+    records = await asyncio.to_thread(req.broker.audit.tail, params.n, origin=req.origin)
+    return AuditTailResult(records=records)
