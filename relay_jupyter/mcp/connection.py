@@ -148,6 +148,9 @@ class McpConnection:
         """Who asks the user when the server sends ``elicitation/create`` (the broker's router); None declines."""
         self.elicitation_log: list[dict[str, Any]] = []
         """The last elicitations relay declined without asking (kind, reason), newest last, at most 20."""
+        self.http_auth: Any = None
+        """For a Streamable HTTP server: a callable ``(config) -> httpx2.Auth`` (the OAuth provider of
+        ``mcp/oauth.py``), made anew for each connection; None sends only the configured headers."""
         self._inflight: dict[int, _InFlight] = {}
         self._ids = itertools.count(1)
         self._transport: StdioTransport | HttpTransport | None = None
@@ -173,7 +176,8 @@ class McpConnection:
             )
         assert isinstance(self.config, HttpServerConfig)
         return HttpTransport(
-            self.config, max_message_bytes=self.max_message_bytes, connect_timeout=self.connect_timeout
+            self.config, max_message_bytes=self.max_message_bytes, connect_timeout=self.connect_timeout,
+            auth=self.http_auth(self.config) if self.http_auth is not None else None,
         )
 
     async def open(self) -> None:

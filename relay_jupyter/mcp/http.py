@@ -59,7 +59,9 @@ class _PolicyTransport(httpx2.AsyncBaseTransport):
         except ConfigRefusal as exc:
             raise httpx2.UnsupportedProtocol(exc.message) from None
         response = await self._inner.handle_async_request(request)
-        if response.status_code in (401, 403):
+        if 200 <= response.status_code < 300:
+            self._owner.auth_status = None  # an OAuth flow that retried after the 401 got through
+        elif response.status_code in (401, 403):
             self._owner.auth_status = response.status_code
             challenge = response.headers.get("www-authenticate", "").lower()
             # MCP authorization: a server that does OAuth names its protected-resource metadata here
@@ -76,7 +78,8 @@ class _PolicyTransport(httpx2.AsyncBaseTransport):
 class HttpTransport:
     """Async context manager yielding ``(read_stream, write_stream)`` for ``mcp.Client``."""
 
-    def __init__(self, config: HttpServerConfig, *, max_message_bytes: int, connect_timeout: float = 30.0) -> None:
+    def __init__(self, config: HttpServerConfig, *, max_message_bytes: int, connect_timeout: float = 30.0,
+                 auth: httpx2.Auth | None = None) -> None:
         self.config = config
         self.max_message_bytes = max_message_bytes
         self.flooded = False
@@ -89,6 +92,7 @@ class HttpTransport:
             transport=_PolicyTransport(self, trust_env=not is_loopback_host(host)),
             timeout=httpx2.Timeout(connect_timeout, read=300.0),
             follow_redirects=False,
+            auth=auth,  # OAuth (mcp/oauth.py): the SDK's provider, its requests through the same policy
         )
         self._cm = streamable_http_client(
             config.url, http_client=self._client, max_sse_event_size=max_message_bytes

@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,12 +49,54 @@ async def _answer_with_defaults(ask: ElicitationAsk) -> ElicitationAnswer:
                              answered_by="conformance")
 
 
+class HeadlessSignIn:
+    """The suite's authorization server approves at once: follow its authorization URL one hop (no
+    redirect followed) and read the code from the redirect. Stands in for relay's (unbuilt) sign-in card."""
+
+    redirect_uri = "http://localhost:3000/callback"
+
+    def __init__(self) -> None:
+        self._url: str | None = None
+
+    async def redirect(self, server: str, authorization_url: str) -> None:
+        self._url = authorization_url
+
+    async def callback(self, server: str) -> Any:
+        import urllib.parse
+
+        import httpx2
+        from mcp.shared.auth import AuthorizationCodeResult
+
+        assert self._url is not None
+        async with httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client:
+            response = await client.get(self._url)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(response.headers.get("location", "")).query)
+        first = {k: v[0] for k, v in query.items()}
+        return AuthorizationCodeResult(code=first.get("code", ""), state=first.get("state"), iss=first.get("iss"))
+
+
 async def run(url: str, scenario: str) -> int:
+    import tempfile
+
+    from ..mcp.oauth import FileTokenStore, oauth_provider
+
     config = HttpServerConfig(name="conformance", url=url)
     connection = McpConnection(config, call_timeout=20.0, connect_timeout=20.0)
+    tokens = tempfile.TemporaryDirectory(prefix="relay-conformance-oauth-")
+    sign_in = HeadlessSignIn()
+    connection.http_auth = lambda cfg: oauth_provider(cfg.name, cfg.url, FileTokenStore(Path(tokens.name), cfg.name,
+                                                                                        cfg.url), sign_in)
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    if context.get("client_id") and context.get("client_secret"):
+        # a client registered beforehand (the user pasted its id and secret): no dynamic registration
+        from mcp.shared.auth import OAuthClientInformationFull
+
+        await FileTokenStore(Path(tokens.name), config.name, config.url).set_client_info(OAuthClientInformationFull(
+            client_id=context["client_id"], client_secret=context["client_secret"],
+            redirect_uris=[sign_in.redirect_uri], token_endpoint_auth_method="client_secret_basic"))
     connection.elicitation_handler = _answer_with_defaults
     # every call runs for one "notebook", as the broker's calls do (an unattributed question is declined)
-    context = SimpleNamespace(origin="conformance", originator="conformance", run_id=None)
+    notebook = SimpleNamespace(origin="conformance", originator="conformance", run_id=None)
     ok = True
     try:
         await connection.open()
@@ -65,14 +108,14 @@ async def run(url: str, scenario: str) -> int:
                 print(f"tool {name} not listed", flush=True)
                 ok = False
                 continue
-            with call_context(context):
+            with call_context(notebook):
                 result = await connection.call_tool(name, arguments)
             print(f"{name}: {json.dumps(result)[:500]}", flush=True)
             ok = ok and not result.get("is_error")
         if not _CALLS.get(scenario):
             # every other scenario (initialize, auth/*): one call of the first tool, as a run would
             for tool in tools[:1]:
-                with call_context(context):
+                with call_context(notebook):
                     result = await connection.call_tool(tool.name, {})
                 print(f"{tool.name}: {json.dumps(result)[:500]}", flush=True)
     except McpToolError as exc:
@@ -80,6 +123,7 @@ async def run(url: str, scenario: str) -> int:
         ok = False
     finally:
         await connection.close()
+        tokens.cleanup()
     return 0 if ok else 1
 
 

