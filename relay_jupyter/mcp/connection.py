@@ -37,7 +37,7 @@ from mcp_types import CONNECTION_CLOSED, Implementation
 
 from ..core.errors import Code, Refusal
 from .config import HttpServerConfig, ServerConfig, StdioServerConfig
-from .discovery import DEFAULT_MAX_OUTPUT_BYTES, MAX_LIST_PAGES, render_result
+from .discovery import DEFAULT_MAX_OUTPUT_BYTES, MAX_LIST_PAGES, render_result, truncate_text
 from .elicitation import (
     CALL_CONTEXT,
     MAX_PER_CALL,
@@ -58,6 +58,8 @@ logger = logging.getLogger(__name__)
 
 # mcp 2.3's ClientSession.initialize: RuntimeError(f"Unsupported protocol version from the server: {v}")
 _SDK_VERSION_REFUSAL = "Unsupported protocol version from the server:"
+MAX_LISTED = 1000
+"""At most this many resources or prompts are taken from one server's listing."""
 _CLIENT_INFO = Implementation(name="relay-jupyter", version="0.1.0")
 # stderr lines that look like they carry a credential are masked before a user sees them.
 _SECRETISH = re.compile(
@@ -391,6 +393,109 @@ class McpConnection:
             # a 2025-03-26 server has no structured results: what its version cannot say is not passed on
             result = result.model_copy(update={"structured_content": None})
         return render_result(result, self.max_output_bytes)
+
+    # -- resources and prompts (reads; not yet offered to runs: docs/mcp.md) ---------------------
+
+    def offers(self, capability: str) -> bool:
+        """Whether the server announced ``resources`` / ``prompts`` / ``tools`` in its capabilities."""
+        client = self._require()
+        caps = client.server_capabilities
+        return getattr(caps, capability, None) is not None
+
+    async def _bounded(self, what: str, fetch: Any) -> Any:
+        client = self._require()
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                return await fetch(client)
+        except TimeoutError:
+            await self.close(force=True)
+            raise McpToolError(self.name, "timeout",
+                               f"MCP server {self.name!r} did not answer {what} within {self.call_timeout:g} s") from None
+        except MCPError as exc:
+            raise await self._failure(exc, what) from None
+        except (ValueError, TypeError) as exc:
+            raise McpToolError(self.name, "protocol",
+                               f"MCP server {self.name!r} sent a malformed {what} answer ({type(exc).__name__})") from None
+
+    async def list_resources(self) -> list[dict[str, Any]]:
+        """``[{uri, name, description, mime_type}]``: at most ``MAX_LIST_PAGES`` pages and
+        :data:`MAX_LISTED` entries; every string cut (a server's listing is untrusted)."""
+        if not self.offers("resources"):
+            return []
+
+        async def fetch(client: Client) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            cursor: str | None = None
+            for _ in range(MAX_LIST_PAGES):
+                page = await client.list_resources(cursor=cursor, cache_mode="bypass")
+                out += [{"uri": r.uri[:2048], "name": (r.name or "")[:200],
+                         "description": (r.description or "")[:500], "mime_type": (r.mime_type or "")[:100]}
+                        for r in page.resources]
+                cursor = page.next_cursor
+                if not cursor or len(out) >= MAX_LISTED:
+                    break
+            return out[:MAX_LISTED]
+
+        return await self._bounded("resources/list", fetch)
+
+    async def read_resource(self, uri: str) -> dict[str, Any]:
+        """``{"content": str, "truncated": bool}``: text contents joined, binary ones as placeholders
+        (never base64 to the model), capped at ``max_output_bytes`` with the truncation marker."""
+
+        async def fetch(client: Client) -> Any:
+            return await client.read_resource(uri, cache_mode="bypass")
+
+        result = await self._bounded("resources/read", fetch)
+        parts = []
+        for item in result.contents:
+            if isinstance(item, types.TextResourceContents):
+                parts.append(item.text)
+            else:
+                parts.append(f"[binary resource {item.uri}: {item.mime_type or 'unknown type'}, not shown]")
+        content, truncated = truncate_text("\n".join(parts), self.max_output_bytes)
+        return {"content": content, "truncated": truncated}
+
+    async def list_prompts(self) -> list[dict[str, Any]]:
+        """``[{name, description, arguments: [{name, description, required}]}]``, bounded like resources."""
+        if not self.offers("prompts"):
+            return []
+
+        async def fetch(client: Client) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            cursor: str | None = None
+            for _ in range(MAX_LIST_PAGES):
+                page = await client.list_prompts(cursor=cursor, cache_mode="bypass")
+                out += [{"name": p.name[:200], "description": (p.description or "")[:500],
+                         "arguments": [{"name": a.name[:100], "description": (a.description or "")[:300],
+                                        "required": bool(a.required)} for a in (p.arguments or [])[:32]]}
+                        for p in page.prompts]
+                cursor = page.next_cursor
+                if not cursor or len(out) >= MAX_LISTED:
+                    break
+            return out[:MAX_LISTED]
+
+        return await self._bounded("prompts/list", fetch)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> dict[str, Any]:
+        """``{"messages": [{"role", "text"}], "truncated": bool}``: text blocks as text, other content as
+        placeholders, the whole capped at ``max_output_bytes``."""
+
+        async def fetch(client: Client) -> Any:
+            return await client.get_prompt(name, arguments or {})
+
+        result = await self._bounded("prompts/get", fetch)
+        budget, truncated, messages = self.max_output_bytes, False, []
+        for message in result.messages:
+            block = message.content
+            text = block.text if isinstance(block, types.TextContent) else f"[{getattr(block, 'type', '?')} content, not shown]"
+            cut, was_cut = truncate_text(text, max(0, budget))
+            budget -= len(cut.encode())
+            truncated = truncated or was_cut
+            messages.append({"role": message.role, "text": cut})
+            if budget <= 0:
+                truncated = True
+                break
+        return {"messages": messages, "truncated": truncated}
 
     # -- elicitation -----------------------------------------------------------------------
 
