@@ -16,7 +16,7 @@ from ..core.budgets import utc_day
 from ..core.errors import Code, ConfigRefusal
 from ..core.teams import Teams, default_user
 
-__all__ = ["open_configured_store", "register", "team_rows"]
+__all__ = ["open_configured_store", "register", "spend_frame", "team_rows"]
 
 
 def register(subparsers: Any) -> None:
@@ -28,6 +28,20 @@ def register(subparsers: Any) -> None:
     ls.add_argument("--data-dir", metavar="DIR", help="the relay data dir (SQLite store)")
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ls.set_defaults(func=_cmd_list)
+    sp = sub.add_parser("spend", help="spend per user and per team, per day (the PostgreSQL store)")
+    sp.add_argument("--config", metavar="JSON", help="broker settings (as for jupyter relay serve --config)")
+    sp.add_argument("--since", metavar="YYYY-MM-DD", help="from this UTC day on (default: every day kept)")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.set_defaults(func=_cmd_spend)
+
+
+def spend_frame(rows: list[dict[str, Any]]) -> Any:
+    """The rows of ``PostgresStore.spend_rows`` as a pandas DataFrame (columns ``day, user, team, tokens,
+    cost_usd``): the admin view of spend per user and team, for a notebook
+    (``spend_frame(store.spend_rows()).pivot_table(index="day", columns="user", values="tokens")``)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["day", "user", "team", "tokens", "cost_usd"])
 
 
 def team_rows(store: Any, teams: Teams, now: float | None = None) -> list[dict[str, Any]]:
@@ -76,6 +90,36 @@ def open_configured_store(root: Path) -> Any:
     from ..storage.sqlite import DB_NAME, Store
 
     return Store.open(Path(root) / DB_NAME)
+
+
+def _cmd_spend(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from .serve import broker_config
+
+    if args.since is not None:
+        try:
+            date.fromisoformat(args.since)
+        except ValueError:
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"--since: {args.since[:40]!r} is not a YYYY-MM-DD day") from None
+    config = broker_config(argparse.Namespace(config=args.config))
+    if not config.store_url:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "spend per user needs the shared PostgreSQL store (c.RelayApp.store_url); "
+                                                 "on SQLite, jupyter relay teams list shows the teams' spend")
+    store = _open_store(config)
+    try:
+        rows = store.spend_rows(args.since)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no spend recorded" + (f" since {args.since}" if args.since else ""))
+    for r in rows:
+        who = f"team {r['team']}" if r["team"] else f"user {r['user']}"
+        print(f"{r['day']}  {who}: {r['tokens']} tokens, ${r['cost_usd']:.4f}")
+    return 0
 
 
 def _limit(used: float, held: float, limit: float | None, unit: str) -> str:

@@ -25,6 +25,7 @@ Version history:
 1. everything the SQLite store has at its schema 4 (grants, ledger and budget holds, events, runs
    and calls, conversations with a row per message, trust, pins, owners, pending permissions),
    checkpoints and the audit copy.
+2. ``namespaces``: the users' schemas that opened the database (the admin view of spend per user).
 """
 
 from __future__ import annotations
@@ -187,9 +188,20 @@ CREATE INDEX audit_origin ON audit (origin, seq);
 CREATE INDEX audit_ts ON audit (ts);
 """
 
+V2_SQL = """
+-- in relay_shared: every namespace (a user's schema) that has opened this database, for the admin
+-- views of spend per user (storage/postgres.py: spend_rows); unused in the users' own schemas
+CREATE TABLE namespaces (
+    schema_name TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    first_seen  DOUBLE PRECISION NOT NULL
+);
+"""
+
 #: Ordered migration steps. Append only; the last version is :data:`PG_SCHEMA_VERSION`.
 PG_MIGRATIONS: list[tuple[int, str]] = [
     (1, V1_SQL),
+    (2, V2_SQL),
 ]
 
 PG_SCHEMA_VERSION: int = PG_MIGRATIONS[-1][0]

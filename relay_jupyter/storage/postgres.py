@@ -37,6 +37,7 @@ import json
 import logging
 import operator
 import os
+import re
 import secrets
 import stat
 import threading
@@ -77,6 +78,8 @@ STATEMENT_TIMEOUT_MS = 15000
 _MAX_PASSWORD_FILE = 4096
 
 
+_SCHEMA_NAME = re.compile(r"^relay_u_[a-z0-9_]{1,60}$")
+
 SHARED_SCHEMA = "relay_shared"
 """The schema of what namespaced stores share: team ledger rows and holds, the audit copy."""
 
@@ -85,7 +88,6 @@ def schema_for(namespace: str) -> str:
     """``relay_u_<namespace>``: lower-case letters, digits and ``_`` (other characters, or a name that
     would be cut, add a hash of the whole name so two users never share a schema)."""
     import hashlib
-    import re
 
     if not isinstance(namespace, str) or not namespace:
         raise ValueError("a store namespace must be a non-empty string")
@@ -420,6 +422,9 @@ class PostgresStore(PgDatabase):
                             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
                         conn.execute(f"SET search_path TO {name}")
                         migrate(conn, where=f"{shown} (schema {name})")
+                    conn.execute(f"INSERT INTO {SHARED_SCHEMA}.namespaces (schema_name, name, first_seen) "
+                                 "VALUES (%s, %s, %s) ON CONFLICT (schema_name) DO NOTHING",
+                                 (schema, namespace, time.time()))
         except psycopg.Error as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1 if "FATAL" not in str(exc) else 0]
             raise StoreError(f"cannot open the relay database {shown}: {first.strip()}", data={"url": shown}) from None
@@ -537,6 +542,33 @@ class PostgresStore(PgDatabase):
         rows = self.query(f"SELECT origin, day, tokens, cost_usd FROM {self._ls(prefix)}ledger "
                           "WHERE starts_with(origin, %s) ORDER BY origin, day", (prefix,))
         return [(o, d, int(t), float(c)) for o, d, t, c in rows]
+
+    def spend_rows(self, since: str | None = None) -> list[dict[str, Any]]:
+        """The admin view of spend: per UTC day (from ``since``, an ISO date, on), one row per user —
+        ``{"user", "team": None, "day", "tokens", "cost_usd"}``, the sum of their notebooks' ledger rows,
+        for every namespace that opened this database — and one per team (``"user": None``). Without
+        namespaces, one row per origin key instead of per user (``"user"`` is the origin)."""
+        since = since or "0000-00-00"
+        out: list[dict[str, Any]] = []
+        team_sql = (f"SELECT origin, day, tokens, cost_usd FROM {self._shared}ledger WHERE starts_with(origin, %s) "
+                    "AND length(day) = 10 AND day >= %s ORDER BY day, origin")
+        for key, day, tokens, cost in self.query(team_sql, (TEAM_PREFIX, since)):
+            out.append({"user": None, "team": key[len(TEAM_PREFIX):], "day": day, "tokens": int(tokens),
+                        "cost_usd": float(cost)})
+        if not self._shared:
+            rows = self.query("SELECT origin, day, tokens, cost_usd FROM ledger WHERE NOT starts_with(origin, %s) "
+                              "AND length(day) = 10 AND day >= %s ORDER BY day, origin", (TEAM_PREFIX, since))
+            out += [{"user": o, "team": None, "day": d, "tokens": int(t), "cost_usd": float(c)} for o, d, t, c in rows]
+        else:
+            for schema, name in self.query(f"SELECT schema_name, name FROM {self._shared}namespaces ORDER BY name"):
+                if not _SCHEMA_NAME.match(schema):  # only names schema_for() makes go into SQL text
+                    continue
+                rows = self.query(f"SELECT day, SUM(tokens), SUM(cost_usd) FROM {schema}.ledger "
+                                  "WHERE NOT starts_with(origin, %s) AND length(day) = 10 AND day >= %s "
+                                  "GROUP BY day ORDER BY day", (TEAM_PREFIX, since))
+                out += [{"user": name, "team": None, "day": d, "tokens": int(t), "cost_usd": float(c)}
+                        for d, t, c in rows]
+        return sorted(out, key=lambda r: (r["day"], r["team"] or "", r["user"] or ""))
 
     # -- conversations ---------------------------------------------------------------------------
     def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],

@@ -71,3 +71,36 @@ def test_teams_list_on_the_sqlite_store_and_its_one_line_errors(tmp_path: Path) 
     cfg.write_text(json.dumps({"data_dir": str(data), "teams": {"ml": {"members": ["a"], "tokens_per_year": 1}}}))
     done = _cli(tmp_path, "--config", str(cfg))
     assert done.returncode == 2 and "Traceback" not in done.stderr and "tokens_per_year" in done.stderr
+
+
+@pytest.mark.pg
+def test_spend_per_user_and_team(postgres_db, tmp_path: Path) -> None:
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    from relay_jupyter.cli.teams import spend_frame
+    from relay_jupyter.storage.postgres import PostgresStore
+
+    url, pw = postgres_db
+    for user, tokens in (("alice", 1200), ("bob", 300), ("alice", 100)):
+        with PostgresStore.open(url, password_file=pw, namespace=user) as store:
+            _spend(store, user, tokens, 0.5)
+    with PostgresStore.open(url, password_file=pw, namespace="alice") as store:
+        store.add_usage("notebook:other.ipynb", "2020-01-01", 5, 0.0)  # an old day, before --since
+        rows = store.spend_rows()
+        day = utc_day(store.now())
+        recent = store.spend_rows(day)
+    assert {(r["user"], r["team"], r["day"], r["tokens"]) for r in recent} == {
+        ("alice", None, day, 1300), ("bob", None, day, 300), (None, "ml", day, 1600)}
+    assert ("alice", None, "2020-01-01", 5) in {(r["user"], r["team"], r["day"], r["tokens"]) for r in rows}
+    frame = spend_frame(recent)
+    assert list(frame.columns) == ["day", "user", "team", "tokens", "cost_usd"]
+    assert int(frame[frame.user == "alice"].tokens.sum()) == 1300
+    cfg = tmp_path / "broker.json"
+    cfg.write_text(json.dumps({"store_url": url, "store_password_file": str(pw), "teams": TEAMS, "user": "carol"}))
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "teams", "spend", "--config", str(cfg),
+                           "--since", day], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"{day}  user alice: 1300 tokens" in done.stdout and f"{day}  team ml: 1600 tokens" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "teams", "spend", "--config", str(cfg),
+                          "--since", "yesterday"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "YYYY-MM-DD" in bad.stderr and "Traceback" not in bad.stderr
