@@ -10,9 +10,12 @@ Lines are split on ``\\n`` only, like GNU diff: a lone CR is part of its line an
 ``\\r\\n``. A final line without a newline is a different line from the same text with one.
 
 :func:`unified_diff` (the push card, ``workspace.diff``, ``relay.diff`` in a kernel) finds the identical
-head and tail on bytes and splits only the middle into lines; the analysis makes its per-line passes at
-C speed (see :mod:`.diff_analysis`). Still Python: on an 8 MB file it is a few times GNU's time
-(``benchmarks/bench_diff.py``).
+head and tail on bytes. On a large file it then follows equal bytes and resynchronises after each
+difference (:func:`_resync_spans`: ``bytes.find`` of the next lines, no line split or hashed) and hands
+the spans found to the windowed diff below, taking its result only when that is provably GNU's; in
+every other case (small files, many changes, anything unproven) the middle is split into lines and
+analysed exactly as GNU does, with the per-line passes at C speed (see :mod:`.diff_analysis`).
+``benchmarks/bench_diff.py`` measures both against GNU.
 
 For an edit whose spans are known, large files are never diffed whole: :func:`unified_diff_spans` takes the byte spans an edit replaced
 and diffs only the windows around them (GNU's own "identical prefix and suffix" trimming, done per
@@ -195,6 +198,16 @@ def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str
         k = old.find(b"\n", xa)
         xa = len(old) if k < 0 else k + 1
         xb = xa + len(new) - len(old)
+    if budget is None and len(old) + len(new) > EXACT_LIMIT:
+        # A large file: find the changes by following equal bytes and resynchronising after each
+        # difference (no line is split or hashed), and let the windowed diff prove that its result is
+        # GNU's; anything it cannot prove, or many changes, is analysed exactly below.
+        spans = _resync_spans(old, new, pre_end, xa, pre_end, xb)
+        if spans:
+            result = unified_diff_spans(old, new, spans, old_label=old_label, new_label=new_label,
+                                        proven_only=True)
+            if result is not None:
+                return result
     # GNU keeps _HORIZON identical lines on each side of the differing middle
     lo = pre_end
     for _ in range(_HORIZON):
@@ -252,6 +265,115 @@ def _split(chunk: bytes) -> list[bytes]:
     if last:
         lines.append(last + _NO_EOL)
     return lines
+
+
+#: Resynchronisation (:func:`_resync_spans`): after a difference, the next place where this many
+#: whole lines are equal in both files, looked for among the next _SYNC_PROBES lines of each file
+#: within _SYNC_AHEAD bytes of the other; more than _SYNC_SPANS changes and the exact analysis runs.
+_SYNC_RUN = 8
+_SYNC_PROBES = 32
+_SYNC_AHEAD = 256 * 1024
+_SYNC_SPANS = 64
+
+
+def _run_length(a: bytes, i: int, a_end: int, b: bytes, j: int, b_end: int) -> int:
+    """How many bytes of ``a[i:a_end]`` and ``b[j:b_end]`` are equal from the start (slices compared
+    at C speed, doubling, then a bisection)."""
+    n = min(a_end - i, b_end - j)
+    k, step = 0, 256
+    while k < n:
+        m = min(step, n - k)
+        if a[i + k:i + k + m] == b[j + k:j + k + m]:
+            k += m
+            step = min(step << 1, _CHUNK)
+            continue
+        lo, hi = k, k + m
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            if a[i + lo:i + mid] == b[j + lo:j + mid]:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+    return k
+
+
+def _resync_spans(old: bytes, new: bytes, a0: int, a_end: int, b0: int, b_end: int
+                  ) -> list[tuple[int, int, int]] | None:
+    """Byte spans ``(start, end, new_length)`` of ``old`` that turn ``old[a0:a_end]`` into
+    ``new[b0:b_end]`` (all four at line starts): equal stretches are followed at C speed and, after a
+    difference, the nearest place where _SYNC_RUN equal lines follow is searched with ``bytes.find``.
+    None when that is not found quickly (many or long changes): the caller then analyses the region
+    whole. Any spans returned are correct; the windowed diff re-analyses the lines around them.
+    """
+    spans: list[tuple[int, int, int]] = []
+    pa, pb = a0, b0
+    while True:
+        k = _run_length(old, pa, a_end, new, pb, b_end)
+        if pa + k == a_end and pb + k == b_end:
+            return spans
+        cut = old.rfind(b"\n", pa, pa + k) + 1  # whole equal lines only
+        if cut > pa:
+            pb += cut - pa
+            pa = cut
+        if len(spans) == _SYNC_SPANS:
+            return None
+        if pa == a_end or pb == b_end:
+            spans.append((pa, a_end, b_end - pb))
+            return spans
+        found = _sync_point(old, new, pa, a_end, pb, b_end)
+        if found is None:
+            return None
+        x, y = found
+        spans.append((pa, x, y - pb))
+        pa, pb = x, y
+
+
+def _next_lines(data: bytes, pos: int, end: int, n: int) -> int:
+    """Position after ``n`` more lines from line start ``pos`` (at most ``end``)."""
+    for _ in range(n):
+        if pos >= end:
+            return end
+        k = data.find(b"\n", pos, end)
+        pos = end if k < 0 else k + 1
+    return pos
+
+
+def _sync_point(old: bytes, new: bytes, pa: int, a_end: int, pb: int, b_end: int) -> tuple[int, int] | None:
+    """The nearest (by bytes skipped in both files) line starts (x, y) from which _SYNC_RUN lines of
+    ``old`` and ``new`` are equal, or the rest of both is; None if none among the probed lines."""
+    best: tuple[int, int] | None = None
+    cost = 1 << 62
+    if a_end - pa <= _SYNC_AHEAD and b_end - pb <= _SYNC_AHEAD:
+        best, cost = (a_end, b_end), (a_end - pa) + (b_end - pb)  # the rest of both is one change
+    for src, s0, s_end, dst, d0, d_end, flip in ((old, pa, a_end, new, pb, b_end, False),
+                                                 (new, pb, b_end, old, pa, a_end, True)):
+        x = s0
+        for _ in range(_SYNC_PROBES):
+            if x >= s_end or x - s0 >= cost:
+                break
+            e = _next_lines(src, x, s_end, _SYNC_RUN)
+            anchor = src[x:e]
+            if e == s_end:
+                # fewer than _SYNC_RUN lines left: they must be the rest of the other file too
+                y = d_end - len(anchor)
+                ok = y >= d0 and (y == d0 or dst[y - 1:y] == b"\n") and dst[y:d_end] == anchor
+                candidates = [y] if ok else []
+            else:
+                candidates = []
+                y = dst.find(anchor, d0, min(d_end, d0 + _SYNC_AHEAD + len(anchor)))
+                while y >= 0:
+                    if y == d0 or dst[y - 1:y] == b"\n":
+                        candidates.append(y)
+                        break
+                    y = dst.find(anchor, y + 1, min(d_end, d0 + _SYNC_AHEAD + len(anchor)))
+            for y in candidates:
+                c = (x - s0) + (y - d0)
+                if c < cost:
+                    cost = c
+                    best = (y, x) if flip else (x, y)
+            x = _next_lines(src, x, s_end, 1)
+    return best
 
 
 def _count_lines(data: bytes) -> int:
@@ -464,7 +586,7 @@ DENSE_SPANS = 64
 
 
 def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, int]], *,
-                       old_label: str = "a", new_label: str = "b") -> DiffResult:
+                       old_label: str = "a", new_label: str = "b", proven_only: bool = False) -> DiffResult | None:
     """Diff ``old`` -> ``new`` where ``new`` is ``old`` with the byte ``spans`` replaced.
 
     ``spans`` are ``(start, end, new_length)``: old bytes ``[start, end)`` became ``new_length``
@@ -472,6 +594,9 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
     rest of the file is touched by one ``bytes.count`` pass (line numbers), so the cost follows the
     size of the edits, not of the file. With many spans (``replace_all``) the old file's line table
     is built once (one ``split``) and every lookup is a bisection.
+
+    ``proven_only``: return None instead of any result that is not provably GNU's (the caller then
+    runs the exact analysis itself); only for files over :data:`EXACT_LIMIT`.
     """
     if not spans:
         return DiffResult(b"", None, 0)
@@ -549,6 +674,8 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
             pending = True
             estimate += len(a) + len(b) - 2 * (pre + suf)
     if pending or not _windows_are_gnu(changes, table if dense else None, cache1, n_old, n_new):
+        if proven_only:
+            return None
         estimate += sum(c.deleted + c.inserted for c in changes)
         if estimate <= EXACT_WORK:
             # GNU's choice here depends on lines outside the windows (see core.gnudiff_gate): run its

@@ -222,3 +222,31 @@ def test_whole_file_diff_is_gnu_on_a_large_file_with_far_edits_and_replace_all(t
     new = apply_edits(old, [Edit("k = ", "key = ", replace_all=True)], path="f").content
     assert unified_diff(old, new).text == gnu(tmp_path, old, new)
     assert unified_diff(old + b"tail", new + b"tail").text == gnu(tmp_path, old + b"tail", new + b"tail")
+
+
+def check_whole_seed(tmp: Path, seed: int) -> None:
+    """The general ``unified_diff`` on a large repetitive file (its resynchronising fast path and the
+    exact analysis it falls back to): one to ten edits, with or without a last newline."""
+    rng = random.Random(seed)
+    old = synthetic(rng)
+    new, _ = random_spans(rng, old)
+    if seed % 2:
+        new, _ = random_spans(random.Random(seed + 10_000), new)  # a second group of edits elsewhere
+    if seed % 3 == 0:
+        new = new.rstrip(b"\n")
+    if seed % 7 == 0:
+        old = old.rstrip(b"\n")
+    from relay_jupyter.core.diff import unified_diff
+
+    assert unified_diff(old, new).text == gnu(tmp, old, new), f"seed {seed}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 7, 14, 21, 33, 42])
+def test_whole_file_diff_of_large_repetitive_files_is_gnu(tmp_path: Path, seed: int) -> None:
+    check_whole_seed(tmp_path, seed)
+
+
+@pytest.mark.slow
+def test_whole_file_diff_generous_random_run(tmp_path: Path) -> None:
+    for seed in range(100, 250):
+        check_whole_seed(tmp_path, seed)
