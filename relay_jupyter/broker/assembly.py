@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.demo import DEMO_MODEL, DemoBackend
 from ..core.protected import ProtectedPaths, ReadRoots
-from ..storage.checkpoints import CheckpointJournal
 from ..storage.paths import data_dir
 from .conversation_keys import migrate_legacy_keys
 from ..workspace.scratch import WorkspaceManager
@@ -81,9 +80,9 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
     root = Path(jupyter_root).resolve()
     relay_dir = Path(broker.config.data_dir) if broker.config.data_dir else data_dir()
     if not broker.config.in_memory:
-        # checkpoints carry the broker's lease: reconcile settles only those of dead brokers
-        broker.checkpoints = CheckpointJournal(relay_dir / "relay.db", owner=getattr(broker.store, "owner_id", None)) \
-            if not broker.config.store_url else broker.store.checkpoints  # PostgreSQL: in the shared database
+        # the store's own checkpoint journal: on its one connection (SQLite) or in the shared database
+        # (PostgreSQL); checkpoints carry the broker's lease: reconcile settles only those of dead brokers
+        broker.checkpoints = broker.store.checkpoints
         manager = WorkspaceManager(relay_dir / "workspaces")
         protected = protected_paths(broker, root, relay_dir, config_dirs)
         broker.workspace_tools = WorkspaceTools(manager, root, broker.checkpoints, protected,
@@ -118,8 +117,7 @@ def _mcp_registry(broker: Broker) -> Any:
     config = load_config(broker.config.mcp_config_path)
     for name, problem in config.problems.items():
         log.warning("mcp.json%s: %s", f" server {name!r}" if name else "", problem)
-    pins = broker.store if hasattr(broker.store, "put_pin") else None
-    return McpRegistry(config, pins)
+    return McpRegistry(config, broker.store)
 
 
 async def start_components(broker: Broker) -> None:

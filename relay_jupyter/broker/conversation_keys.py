@@ -23,7 +23,8 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+
+from ..core.ports import ConversationStore
 
 __all__ = ["conversation_key", "split_conversation_key", "conversation_name", "legacy_key",
            "migrate_legacy_keys"]
@@ -77,16 +78,13 @@ def _ws_dir(base: Path, key: str) -> Path:
     return base / f"ws-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}"
 
 
-def migrate_legacy_keys(conversations: Any, workspaces_dir: Path | None = None) -> int:
+def migrate_legacy_keys(conversations: ConversationStore, workspaces_dir: Path | None = None) -> int:
     """Rewrite conversations stored under ``origin|name`` ids to pair keys (and move their scratch
     workspaces along); returns how many were migrated. Idempotent: a row already keyed by a pair
     is left alone, and a crash between the save and the delete leaves both rows, the next start
     finishes (the new row wins)."""
-    lister = getattr(conversations, "list_conversations", None)
-    if lister is None:
-        return 0
     moved = 0
-    for summary in lister(None):
+    for summary in conversations.list_conversations(None):
         cid, origin = summary.get("conv_id"), summary.get("origin")
         if not isinstance(cid, str) or not isinstance(origin, str) or split_conversation_key(cid) is not None:
             continue
@@ -94,7 +92,7 @@ def migrate_legacy_keys(conversations: Any, workspaces_dir: Path | None = None) 
             continue
         name = cid[len(origin) + 1:]
         new = conversation_key(origin, name)
-        if conversations.load_conversation(new) is None:
+        if conversations.conversation_origin(new) is None:
             row = conversations.load_conversation(cid)
             if row is None:
                 continue

@@ -51,8 +51,9 @@ async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> R
     runs = _runs(broker)
     origin = _target(caller, params.origin)
     key = conversation_key(origin, params.conversation)
-    existing = runs.conversations.load_conversation(key)
-    if existing is not None and existing.get("origin") != origin:
+    # the owner check without loading the history: the run loads it once, when it starts (issue 18)
+    existing = runs.conversations.conversation_origin(key)
+    if existing is not None and existing != origin:
         # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
     backend = params.backend or broker.config.default_backend

@@ -21,6 +21,7 @@ from ..backends.base import Backend, ToolCallDone
 from ..core.budgets import estimate_request
 from ..core.consent import StaticConsent
 from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, RoutingRefusal
+from ..core.ports import ConversationStore, Store
 from ..core.types import ConsentDecision, PermissionMode
 from ..protocol.names import EventType
 from ..storage.errors import StoreError
@@ -117,7 +118,7 @@ class _Run:
 class RunManager:
     """Owns every active run of the broker."""
 
-    def __init__(self, gate: Any, journal: Any, conversations: Any, events_sink: Any,
+    def __init__(self, gate: Any, journal: Store, conversations: ConversationStore, events_sink: Any,
                  tool_providers: Iterable[ToolProvider] | None, backends: Mapping[str, Backend],
                  config: RuntimeConfig | None = None, *, consent: Any = None) -> None:
         """``consent`` is the ask-mode port (the broker's PermissionRouter); without one, ask mode
@@ -164,8 +165,7 @@ class RunManager:
             raise ConfigRefusal(Code.MODEL_NOT_ALLOWED,
                                 f"model {params.model!r} is not allowed for backend {params.backend!r}")
         self.check_storage()
-        elsewhere = getattr(self.journal, "running_elsewhere", None)
-        if ctx.conversation in self._by_conversation or (elsewhere is not None and elsewhere(ctx.conversation)):
+        if ctx.conversation in self._by_conversation or self.journal.running_elsewhere(ctx.conversation):
             raise RoutingRefusal(Code.CONFLICT, "this conversation already has a running agent; "
                                  "cancel it or wait for it to finish")
         run_id = "run_" + secrets.token_hex(12)
@@ -241,13 +241,11 @@ class RunManager:
         """Refuse new work while the store cannot be written (STORAGE_FULL / STORAGE_ERROR): a run
         could record nothing, a tool call could not be audited. One probe write first, so storage
         that came back is noticed at the next request, and the runs it missed are repaired."""
-        if getattr(self.journal, "storage_problem", None) is None:
+        if self.journal.storage_problem is None:
             return
-        probe = getattr(self.journal, "probe_write", None)
-        if probe is not None:
-            with suppress(StoreError):
-                probe()
-        problem = getattr(self.journal, "storage_problem", None)
+        with suppress(StoreError):
+            self.journal.probe_write()
+        problem = self.journal.storage_problem
         if problem is not None:
             raise problem
         self.repair()
@@ -430,10 +428,7 @@ class RunManager:
             log.error("run %s: answering its calls failed: %s", run.run_id, type(exc).__name__)
         self._forget(run)
         item = (terminal, {"run_id": run.run_id, **data}, run.ctx.origin, run.run_id)
-        finish = getattr(self.journal, "finish_run", None)
-        if finish is None or not hasattr(self.journal, "transaction"):
-            self._close_unshared(run, item, state)
-            return
+        finish = self.journal.finish_run
 
         def record() -> Any:
             with self.journal.transaction():
@@ -464,26 +459,13 @@ class RunManager:
         stored terminal event goes to the live subscribers instead (never a second one)."""
         publish = getattr(self.events, "publish_stored", None)
         if stored is None:
-            existing = getattr(self.journal, "terminal_event", lambda _r: None)(run_id)
+            existing = self.journal.terminal_event(run_id)
             log.warning("run %s had already ended in the journal (another broker recovered it)", run_id)
             if existing is not None and publish is not None:
                 publish([existing], None)
             return
         if publish is not None:
             publish(*stored)
-
-    def _close_unshared(self, run: _Run, item: tuple[str, dict[str, Any], str, str], state: str) -> None:
-        """:meth:`_close` for journals without transactions (the in-memory ports of tests)."""
-        try:
-            if run.history:
-                self._save(run)
-        except Exception as exc:
-            log.error("run %s: saving history failed: %s", run.run_id, type(exc).__name__)
-        try:
-            self.journal.run_finished(run.run_id, state, {"steps": run.steps})
-        except Exception as exc:
-            log.error("run %s: journal failed: %s", run.run_id, type(exc).__name__)
-        self.events.append(item[0], item[1], origin=item[2], run_id=item[3])
 
     def repair(self) -> int:
         """Record the ends of runs the store could not record when they ended (disk full); each in
