@@ -123,6 +123,16 @@ def test_each_answer_carries_its_provenance_and_relay_provenance_reads_it(server
     assert f"'run_id': '{record['run_id']}', 'cell_id': 'cell-describe', 'cell_index': 0" in out, out
     assert f"'run_id': '{push['run_id']}', 'cell_id': 'cell-push', 'cell_index': 1" in out, out
 
+    # jupyter nbconvert --to html of the saved notebook shows each answer's footer (model, backend, tool calls)
+    import subprocess
+    import sys
+
+    html = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--stdout",
+                           str(server.root / "prov.ipynb")], capture_output=True, text=True, timeout=120,
+                          env=server.env())
+    assert html.returncode == 0, html.stderr[-2000:]
+    assert "via demo" in html.stdout and record["run_id"] in html.stdout and push["checkpoints"][0] in html.stdout
+
 
 def test_a_failed_answer_records_its_outcome(server: RealServer) -> None:
     kc = server.kernel_for("prov-fail.ipynb")
