@@ -1,5 +1,7 @@
 import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
 import { RelayPanel } from './panel';
 
 const relayIcon = new LabIcon({
@@ -14,7 +16,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Side panel for the relay broker: approvals, grants, budgets, audit.',
   autoStart: true,
   requires: [ILabShell],
-  activate: (app: JupyterFrontEnd, shell: ILabShell) => {
+  optional: [IStatusBar],
+  activate: (app: JupyterFrontEnd, shell: ILabShell, statusBar: IStatusBar | null) => {
     const panel = new RelayPanel();
     panel.title.icon = relayIcon;
     shell.add(panel, 'right', { rank: 900 });
@@ -22,6 +25,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Relay: refresh the side panel',
       execute: () => panel.refresh()
     });
+    if (statusBar) {
+      // pending approvals, active runs and today's estimated spend of every notebook; a click opens the panel
+      const item = new Widget();
+      item.addClass('jp-relay-status-item');
+      item.node.textContent = 'relay';
+      item.node.title = 'Relay: requests waiting for you, runs running, estimated spend today (click: the side panel)';
+      item.node.onclick = () => shell.activateById(panel.id);
+      panel.onSummary = s => {
+        item.node.textContent = `relay: ${s.pending} waiting · ${s.running} running · $${s.costToday.toFixed(2)} today`;
+        item.toggleClass('jp-relay-attention', s.pending > 0);
+      };
+      statusBar.registerStatusItem('relay-jupyter:status', { item, align: 'left', rank: 900 });
+    }
   }
 };
 

@@ -1,5 +1,6 @@
 // The relay side panel: what the broker is waiting for (approvals), what each notebook may do
-// (grants, with revoke), what it has spent (budgets) and what was decided (the audit tail).
+// (grants, with revoke), what it has spent (budgets), its latest runs (with cancel) and what was decided
+// (the audit tail, with the notebook and the time of each decision).
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
 import { Widget } from '@lumino/widgets';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
@@ -55,7 +56,44 @@ function argumentsBesideCode(args: any): any {
   return rest;
 }
 
+// "notebook:analysis/sales.ipynb" -> "analysis/sales.ipynb"; other origins (daemon:..., kernel:anon-...) as they are
+export function notebookOf(origin: string | null | undefined): string {
+  const text = String(origin ?? '');
+  return text.startsWith('notebook:') ? text.slice('notebook:'.length) : text;
+}
+
+// epoch seconds -> local "HH:MM:SS" today, "YYYY-MM-DD HH:MM" on another day ("" when absent)
+export function timeOf(ts: unknown, now: Date = new Date()): string {
+  const seconds = Number(ts);
+  if (!Number.isFinite(seconds) || seconds <= 0) {
+    return '';
+  }
+  const when = new Date(seconds * 1000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  const clock = `${pad(when.getHours())}:${pad(when.getMinutes())}`;
+  if (when.toDateString() === now.toDateString()) {
+    return `${clock}:${pad(when.getSeconds())}`;
+  }
+  return `${when.getFullYear()}-${pad(when.getMonth() + 1)}-${pad(when.getDate())} ${clock}`;
+}
+
+// events after which the runs, the budgets or the audit tail change (a tool decision is a new audit record)
+const REFRESH_ON = new Set([
+  'grant.changed', 'run.started', 'run.tool_decided', 'run.done', 'run.error', 'run.cancelled',
+  'run.budget_exhausted', 'run.interrupted'
+]);
+
+// what the status-bar item shows: requests waiting for a person, runs running, estimated spend today
+export interface IRelaySummary {
+  pending: number;
+  running: number;
+  costToday: number;
+}
+
 export class RelayPanel extends Widget {
+  onSummary: ((summary: IRelaySummary) => void) | null = null;
+  private running = 0;
+  private costToday = 0;
   private client = new RelayClient();
   private pending = new Map<string, IPending>();
   private inFlight: { added: Map<string, IPending>; resolved: Set<string> } | null = null;
@@ -64,6 +102,7 @@ export class RelayPanel extends Widget {
   private approvals = el('div', { class: 'jp-relay-approvals' });
   private grants = el('div', { class: 'jp-relay-grants' });
   private audit = el('div', { class: 'jp-relay-audit' });
+  private runs = el('div', { class: 'jp-relay-runs' });
 
   constructor() {
     super();
@@ -94,6 +133,8 @@ export class RelayPanel extends Widget {
       this.approvals,
       el('h3', {}, 'Grants and budgets'),
       this.grants,
+      el('h3', {}, 'Runs'),
+      this.runs,
       el('h3', {}, 'Recent decisions'),
       this.audit,
       refresh
@@ -122,11 +163,22 @@ export class RelayPanel extends Widget {
       this.pending.delete(event.data.request_id);
       this.inFlight?.resolved.add(event.data.request_id);
       this.renderApprovals();
-    } else if (event.type === 'grant.changed' || event.type.startsWith('run.')) {
-      if (event.type === 'grant.changed' || event.type === 'run.done' || event.type === 'run.error') {
-        void this.refresh();
-      }
+    } else if (REFRESH_ON.has(event.type)) {
+      this.scheduleRefresh();
     }
+  }
+
+  // one snapshot for a burst of events (a run's decisions come in quick succession)
+  private refreshTimer: number | null = null;
+
+  private scheduleRefresh(): void {
+    if (this.refreshTimer !== null) {
+      return;
+    }
+    this.refreshTimer = window.setTimeout(() => {
+      this.refreshTimer = null;
+      void this.refresh();
+    }, 300);
   }
 
   async refresh(): Promise<void> {
@@ -135,10 +187,11 @@ export class RelayPanel extends Widget {
     const flight = { added: new Map<string, IPending>(), resolved: new Set<string>() };
     this.inFlight = flight;
     try {
-      const [pending, grants, audit] = await Promise.all([
+      const [pending, grants, audit, runs] = await Promise.all([
         this.client.call('permission.pending'),
         this.client.call('grants.list'),
-        this.client.call('audit.tail', { n: 20 })
+        this.client.call('audit.tail', { n: 20 }),
+        this.client.call('runs.list', { limit: 100 })
       ]);
       if (this.inFlight !== flight) {
         return; // a newer refresh started meanwhile: its snapshot is the fresher one
@@ -157,6 +210,7 @@ export class RelayPanel extends Widget {
       this.renderApprovals();
       await this.renderGrants(grants.grants ?? []);
       this.renderAudit(audit.records ?? []);
+      this.renderRuns(runs.runs ?? []);
       this.status.textContent = 'Connected to the relay broker.';
       this.status.classList.remove('jp-relay-error');
     } catch (err) {
@@ -170,7 +224,12 @@ export class RelayPanel extends Widget {
     }
   }
 
+  private emitSummary(): void {
+    this.onSummary?.({ pending: this.pending.size, running: this.running, costToday: this.costToday });
+  }
+
   private renderApprovals(): void {
+    this.emitSummary();
     this.approvals.replaceChildren();
     if (this.pending.size === 0) {
       this.approvals.append(el('p', { class: 'jp-relay-empty' }, 'Nothing is waiting for approval.'));
@@ -228,8 +287,11 @@ export class RelayPanel extends Widget {
 
   private async renderGrants(grants: any[]): Promise<void> {
     this.grants.replaceChildren();
+    let cost = 0;
     if (grants.length === 0) {
       this.grants.append(el('p', { class: 'jp-relay-empty' }, 'No notebook has a grant yet.'));
+      this.costToday = 0;
+      this.emitSummary();
       return;
     }
     for (const grant of grants) {
@@ -238,10 +300,11 @@ export class RelayPanel extends Widget {
         // budget.get answers {origin, usage: {tokens, cost_usd, tokens_limit, cost_limit, ...}} (docs/protocol.md)
         const u = (await this.client.call('budget.get', { origin: grant.origin }))?.usage ?? {};
         const tokens = Number(u.tokens ?? 0);
-        const cost = Number(u.cost_usd ?? 0);
+        const spent = Number(u.cost_usd ?? 0);
+        cost += Number.isFinite(spent) ? spent : 0;
         const ofTokens = u.tokens_limit == null ? '' : ` of ${Number(u.tokens_limit).toLocaleString()}`;
         const ofCost = u.cost_limit == null ? '' : ` of $${Number(u.cost_limit).toFixed(2)}`;
-        usage = `${tokens.toLocaleString()}${ofTokens} tokens, $${cost.toFixed(4)}${ofCost} today`;
+        usage = `${tokens.toLocaleString()}${ofTokens} tokens, $${spent.toFixed(4)}${ofCost} today`;
       } catch {
         usage = '';
       }
@@ -262,17 +325,76 @@ export class RelayPanel extends Widget {
         )
       );
     }
+    this.costToday = cost;
+    this.emitSummary();
   }
 
   private renderAudit(records: any[]): void {
     this.audit.replaceChildren();
     const table = el('table', { class: 'jp-relay-audit-table' });
-    table.append(el('tr', {}, el('th', {}, 'tool'), el('th', {}, 'decision'), el('th', {}, 'code')));
+    table.append(
+      el('tr', {}, el('th', {}, 'time'), el('th', {}, 'notebook'), el('th', {}, 'tool'), el('th', {}, 'decision'),
+        el('th', {}, 'code'))
+    );
     for (const record of records.slice(-20).reverse()) {
       table.append(
-        el('tr', {}, el('td', {}, record.tool), el('td', {}, record.decision), el('td', {}, record.code ?? ''))
+        el(
+          'tr',
+          { class: 'jp-relay-audit-row' },
+          el('td', { class: 'jp-relay-time' }, timeOf(record.ts)),
+          el('td', { class: 'jp-relay-notebook', title: String(record.origin ?? '') }, notebookOf(record.origin)),
+          el('td', {}, record.tool),
+          el('td', {}, record.decision),
+          el('td', {}, record.code ?? '')
+        )
       );
     }
     this.audit.append(table);
+  }
+
+  private renderRuns(runs: any[]): void {
+    // the latest runs of every notebook (runs.list from the browser: all origins), a running one with Cancel
+    this.runs.replaceChildren();
+    this.running = runs.filter(run => run.state === 'running').length;
+    this.emitSummary();
+    runs = runs.slice(0, 10);
+    if (runs.length === 0) {
+      this.runs.append(el('p', { class: 'jp-relay-empty' }, 'No runs yet.'));
+      return;
+    }
+    const table = el('table', { class: 'jp-relay-audit-table jp-relay-runs-table' });
+    table.append(
+      el('tr', {}, el('th', {}, 'started'), el('th', {}, 'notebook'), el('th', {}, 'model'), el('th', {}, 'state'),
+        el('th', {}, ''))
+    );
+    for (const run of runs) {
+      const model = run.meta && typeof run.meta === 'object' ? String(run.meta.model ?? '') : '';
+      const action = el('td', {});
+      if (run.state === 'running') {
+        const cancel = el('button', { class: 'jp-mod-styled jp-mod-warn jp-relay-cancel' }, 'Cancel');
+        cancel.onclick = async () => {
+          cancel.disabled = true;
+          try {
+            await this.client.call('runs.cancel', { run_id: run.run_id });
+          } catch (err) {
+            action.append(el('div', { class: 'jp-relay-error' }, String((err as Error).message)));
+          }
+          await this.refresh();
+        };
+        action.append(cancel);
+      }
+      table.append(
+        el(
+          'tr',
+          { class: 'jp-relay-run', 'data-run-id': String(run.run_id ?? ''), title: String(run.run_id ?? '') },
+          el('td', { class: 'jp-relay-time' }, timeOf(run.started_at)),
+          el('td', { class: 'jp-relay-notebook', title: String(run.origin ?? '') }, notebookOf(run.origin)),
+          el('td', {}, model),
+          el('td', { class: 'jp-relay-run-state' }, String(run.state ?? '')),
+          action
+        )
+      );
+    }
+    this.runs.append(table);
   }
 }

@@ -80,3 +80,37 @@ def test_the_kill_switch_stops_the_run_and_denies_its_request(lab_page: tuple[An
     page.locator(".jp-OutputArea-output").filter(has_text="relay:").first.wait_for(timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "panel-kill.png"))
     assert not (lab.root / "clean.py").exists()
+
+
+def test_runs_and_decisions_show_their_notebook_and_time(lab_page: tuple[Any, Any]) -> None:
+    """Issue 13: the panel's recent decisions name the notebook and the time of each decision, and its runs list
+    names each run's notebook; a running run (waiting on its push card) has a Cancel that ends it."""
+    import re
+
+    lab, page = lab_page
+    panel = _open_panel_and_run(lab, page, "runs.ipynb")
+    run = panel.locator(".jp-relay-runs .jp-relay-run").filter(has_text="runs.ipynb").first
+    run.wait_for(timeout=30_000)
+    assert "running" in run.locator(".jp-relay-run-state").inner_text()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", run.locator(".jp-relay-time").inner_text()), run.inner_text()
+    # the audit rows: the grant and the scratch_write/edit decisions so far, each with notebook and time
+    rows = panel.locator(".jp-relay-audit .jp-relay-audit-row").filter(has_text="scratch_write")
+    rows.first.wait_for(timeout=30_000)
+    row = rows.first
+    assert row.locator(".jp-relay-notebook").inner_text() == "runs.ipynb", row.inner_text()
+    assert row.locator(".jp-relay-notebook").get_attribute("title") == "notebook:runs.ipynb"
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", row.locator(".jp-relay-time").inner_text()), row.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "panel-runs-and-decisions.png"))
+    # the status bar: requests waiting, runs running, today's spend (the demo's estimate), live
+    status = page.locator(".jp-relay-status-item")
+    status.filter(has_text=re.compile(r"relay: 1 waiting · 1 running · \$\d+\.\d\d today")).wait_for(timeout=30_000)
+
+    run.get_by_role("button", name="Cancel").click()
+    # the run ends cancelled (the list refreshes on the run's terminal event), the card leaves, the cell fails
+    panel.locator(".jp-relay-runs .jp-relay-run").filter(has_text="runs.ipynb").filter(
+        has_text="cancelled").first.wait_for(timeout=60_000)
+    panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push").first.wait_for(
+        state="detached", timeout=30_000)
+    page.locator(".jp-OutputArea-output").filter(has_text="relay:").first.wait_for(timeout=60_000)
+    assert not (lab.root / "clean.py").exists()
+    status.filter(has_text="relay: 0 waiting · 0 running").wait_for(timeout=30_000)
