@@ -212,6 +212,17 @@ class RunFollower:
             if getattr(card, "outcome", None) != "timeout":
                 card.mark("timeout", "once", "the broker", time.time())
 
+    def end_cards(self, decision: str, who: str) -> None:
+        """Mark every card still waiting (the cell was interrupted: no answer will come from it); a card left
+        saying "waiting for your answer…" would be a lie in the saved notebook."""
+        for cards in self.cards.values():
+            for card in cards:
+                if not card.future.done():
+                    card.answered = True
+                    card.future.set_result((decision, "once"))
+                if getattr(card, "outcome", None) is None:
+                    card.mark(decision, "once", who, time.time())
+
     def _raise_timeouts(self) -> None:
         if self.timeouts:
             names = ", ".join(visible(n, newlines=False) for n in dict.fromkeys(self.timeouts.values()))
