@@ -198,7 +198,7 @@ class Broker:
 
     def _live_gauges(self) -> dict[str, float]:
         active = len(self.events.active_runs)
-        if self.runs is not None and hasattr(self.runs, "active_runs"):
+        if self.runs is not None:
             try:
                 active = len(self.runs.active_runs())
             except Exception:  # a metric must never break a scrape
@@ -229,14 +229,14 @@ class Broker:
         self.store.close()
 
 
-def _team_budgets(config: BrokerConfig, store: object) -> dict[str, object]:
+def _team_budgets(config: BrokerConfig, store: Store) -> dict[str, object]:
     """The team options of the broker's BudgetLedger (core/teams.py): none when no team is configured."""
     if not config.teams:
         return {}
     from ..core.teams import Teams, default_user, teams_for_origin
 
     return {"teams_for": teams_for_origin(Teams.from_config(config.teams), config.user or default_user()),
-            "transaction": getattr(store, "transaction", None)}
+            "transaction": store.transaction}
 
 
 def require(component: Any, what: str) -> Any:

@@ -14,7 +14,6 @@ from ..backends.keys import KeySource
 from ..backends.registry import build_backends
 from ..core.caller import Caller
 from ..core.errors import Refusal
-from ..runtime.conversations import MemoryConversations
 from ..runtime.manager import RunManager, RuntimeConfig
 from ..runtime.tools import ToolContext
 from .conversation_keys import conversation_key
@@ -49,13 +48,12 @@ def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = Non
     """Build the run manager over the broker's gate, store, events and consent router; set
     ``broker.runs`` and ``broker.client_tools``; repair runs a previous process left unfinished."""
     store = broker.store
-    conversations = store if hasattr(store, "save_conversation") else MemoryConversations()
     if backends is None:
         backends = backends_from_config(broker.config)
     runtime_config = config or RuntimeConfig(**{
         "turn_timeout": broker.config.turn_timeout, "turn_idle_timeout": broker.config.turn_idle_timeout,
         **{k: v for k, v in broker.config.extra.get("runtime", {}).items() if k in RuntimeConfig.__dataclass_fields__}})
-    manager = RunManager(broker.gate, store, conversations, broker.events, [BrokerTools(broker)], backends,
+    manager = RunManager(broker.gate, store, store, broker.events, [BrokerTools(broker)], backends,
                          runtime_config, consent=broker.permissions)
     broker.runs = manager
 
