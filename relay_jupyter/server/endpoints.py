@@ -40,7 +40,7 @@ __all__ = [
 log = logging.getLogger("relay_jupyter.server")
 
 #: Stored events read per replay page.
-REPLAY_PAGE = 2_000
+REPLAY_PAGE = 500
 _MAX_SINCE_DIGITS = 19  # int64
 
 
