@@ -173,6 +173,9 @@ def end_kernel(broker: Any, client_id: str, reason: str) -> dict[str, Any]:
     conversation for the notebook's next ``%%agent``), and fail its open kernel-tool requests.
     Synchronous, so nothing can approve a withdrawn request in between. Idempotent."""
     withdrawn = broker.permissions.withdraw(originator=client_id, reason=reason)
+    elicitations = getattr(broker, "elicitations", None)  # its MCP servers' open questions: declined
+    if elicitations is not None:
+        elicitations.withdraw(originator=client_id, reason=reason)
     cancelled: list[str] = []
     runs = getattr(broker, "runs", None)
     if runs is not None:

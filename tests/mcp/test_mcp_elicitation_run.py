@@ -45,15 +45,15 @@ def fake():
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, fake: FakeAnthropic) -> None:
+    def __init__(self, tmp_path: Path, fake: FakeAnthropic, server: StdioServerConfig | None = None) -> None:
         self.fake = fake
         self.broker = Broker.open(BrokerConfig(data_dir=tmp_path / "data", default_model="claude-test-1",
                                                consent_timeout=60))
         for caller in (KERNEL, OTHER):
             self.broker.grants.issue(Grant(origin=caller.origin, tools=frozenset({"*"}), models=frozenset({"*"}),
                                            consent_id="c"))
-        cfg = StdioServerConfig(name="el", command=sys.executable, args=[str(SERVER)])
-        self.registry = McpRegistry(McpConfig(servers={"el": cfg}), self.broker.store, shutdown_grace=0.5)
+        cfg = server or StdioServerConfig(name="el", command=sys.executable, args=[str(SERVER)])
+        self.registry = McpRegistry(McpConfig(servers={cfg.name: cfg}), self.broker.store, shutdown_grace=0.5)
         self.broker.mcp = self.registry
         router_of(self.broker)  # what broker/assembly.py does at start
         retry = RetryPolicy(max_attempts=1, base_delay=0.01, max_delay=0.1, max_total_wait=0.1)
@@ -118,3 +118,32 @@ async def test_a_kill_declines_the_open_question(tmp_path: Path, fake: FakeAnthr
         assert [(e.data["request_id"], e.data["action"], e.data["answered_by"]) for e in resolved] == [
             (data["request_id"], "decline", "kill")]
     assert "answer: decline" in json.dumps(fake.requests[1].body["messages"])
+
+
+RAW = StdioServerConfig(name="raw", command=sys.executable,
+                        args=[str(Path(__file__).with_name("raw_mcp_server.py")), "--version", "2025-06-18"])
+
+
+@pytest.mark.parametrize("how", ["kill", "kernel restart"])
+async def test_kill_and_a_kernel_restart_decline_a_2025_06_18_servers_open_question(
+        tmp_path: Path, fake: FakeAnthropic, how: str) -> None:
+    """At 2025-06-18 the question is a request of its own (it is not cancelled with the call): the kill
+    switch and the end of the kernel decline it explicitly, and the server gets decline."""
+    from relay_jupyter.broker.kernel_bridge import end_kernel
+
+    fake.enqueue(Reply(tool_use("raw__ask", {})), Reply("done"))
+    async with Rig(tmp_path, fake, RAW) as rig:
+        run_id = (await call_method(rig.broker, KERNEL, "run.start", {"conversation": "c", "prompt": "hi",
+                                                                       "mode": "full"}))["run_id"]
+        data = (await rig.wait_event(EventType.ELICITATION_REQUEST)).data
+        if how == "kill":
+            await call_method(rig.broker, KERNEL, "kill", {})
+            expected = f"kill:{KERNEL.client_id}"
+        else:
+            end_kernel(rig.broker, KERNEL.client_id, "restarted")
+            expected = "withdrawn:restarted"
+        async with asyncio.timeout(60):
+            await rig.broker.runs.wait(run_id)
+        resolved = [e.data for e in rig.events(EventType.ELICITATION_RESOLVED)]
+        assert [(d["request_id"], d["action"], d["answered_by"]) for d in resolved] == [
+            (data["request_id"], "decline", expected)]

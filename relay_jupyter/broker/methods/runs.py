@@ -61,6 +61,9 @@ async def runs_cancel(req: Request, params: RunsCancelParams) -> CancelledResult
 async def kill(req: Request, params: KillParams) -> KillResult:
     broker = req.broker
     denied = broker.permissions.deny_all(req.origin, answered_by=f"kill:{req.caller.client_id}")
+    elicitations = getattr(broker, "elicitations", None)  # MCP servers' open questions are declined too
+    if elicitations is not None:
+        elicitations.decline_all(req.origin, answered_by=f"kill:{req.caller.client_id}")
     cancelled = len(broker.runs.kill(req.origin)) if broker.runs is not None else 0
     req.audit("kill", {"cancelled_runs": cancelled, "denied_requests": denied})
     return KillResult(cancelled_runs=cancelled, denied_requests=denied)
