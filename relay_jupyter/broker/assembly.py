@@ -20,7 +20,7 @@ from ..storage.paths import data_dir
 from .conversation_keys import migrate_legacy_keys
 from ..workspace.scratch import WorkspaceManager
 from ..workspace.tools import WorkspaceTools
-from .runs import backends_from_config, install_runtime
+from .runtime_setup import backends_from_config, install_runtime
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -139,3 +139,6 @@ async def stop_components(broker: Broker) -> None:
             log.warning("relay: runs did not stop within 10 s")
     if broker.mcp is not None:
         await broker.mcp.stop()
+    endpoint = getattr(broker, "engine_endpoint", None)  # relay's Anthropic endpoint for engine subprocesses
+    if endpoint is not None:
+        await endpoint.aclose()

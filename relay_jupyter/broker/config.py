@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ..backends.registry import secret_env_names
 from ..core.errors import Code, ConfigRefusal
-from ..protocol.run_choices import BackendName
+from ..protocol.run_choices import BackendName, EngineName
 
 __all__ = ["DEFAULT_SECRET_ENV_VARS", "INTERNAL_FIELDS", "SETTINGS", "BrokerConfig", "check_private_file"]
 
@@ -125,6 +125,8 @@ class BrokerConfig(BaseModel):
     """Per-model price overrides (USD per million tokens), merged over the defaults."""
     default_model: str = "claude-sonnet-4-5"
     default_backend: BackendName = "anthropic"
+    default_engine: EngineName = "relay"
+    """Engine of a run that names none (``relay``: the built-in loop; ``claude-code``: docs/engines.md)."""
     allowed_models: tuple[str, ...] = ()
     """Models the broker allows at all ('' = every model a grant names)."""
     default_tools: tuple[str, ...] = ("*",)

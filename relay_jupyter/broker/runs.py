@@ -57,7 +57,8 @@ async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> R
         # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
     backend = params.backend or broker.config.default_backend
-    if backend not in runs.backends:
+    engine = params.engine or broker.config.default_engine
+    if engine == "relay" and backend not in runs.backends:
         declared = backend_spec(backend)  # the registry's one-line hint for a known, unconfigured backend
         raise ConfigRefusal(declared.missing_code if declared else Code.NO_BACKEND,
                             declared.missing_hint if declared else f"no backend named {backend!r}")
@@ -66,5 +67,5 @@ async def run_start(broker: Broker, caller: Caller, params: RunStartParams) -> R
     run_id = await runs.start(ctx, RunParams(
         prompt=params.prompt, model=params.model or broker.config.default_model, backend=backend,
         attachments=[a.model_dump() for a in params.attachments], mode=PermissionMode(params.mode),
-        max_tokens=params.max_tokens, tools=params.tools))
+        max_tokens=params.max_tokens, tools=params.tools, engine=engine))
     return RunStartResult(run_id=run_id)

@@ -13,7 +13,10 @@ from ..backends.base import Backend
 from ..backends.keys import KeySource
 from ..backends.registry import build_backends
 from ..core.caller import Caller
+from ..engines.registry import ENGINES, EngineServices
 from ..core.errors import Refusal
+from ..runtime.conversations import MemoryConversations
+from ..runtime.engine import RunEngine
 from ..runtime.manager import RunManager, RuntimeConfig
 from ..runtime.tools import ToolContext
 from .conversation_keys import conversation_key
@@ -22,7 +25,7 @@ from .tool_sources import BrokerTools
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["backends_from_config", "install_runtime"]
+__all__ = ["backends_from_config", "engine_services", "install_runtime"]
 
 
 def backends_from_config(config: Any, keys: KeySource | None = None) -> dict[str, Backend]:
@@ -43,18 +46,41 @@ def backends_from_config(config: Any, keys: KeySource | None = None) -> dict[str
     return build_backends(config, keys, check)
 
 
+def engine_services(broker: Broker, name: str) -> EngineServices:
+    """What the broker lends an engine (``engines/registry.py``): the scratch workspace of a conversation,
+    relay's Anthropic endpoint on loopback with per-run keys, the Jupyter root's refusal rules."""
+    from .engine_endpoint import EngineEndpoint
+
+    ws = broker.workspace_tools
+    endpoint = getattr(broker, "engine_endpoint", None)
+    if endpoint is None:
+        endpoint = EngineEndpoint(broker)
+        broker.engine_endpoint = endpoint  # type: ignore[attr-defined]
+    return EngineServices(
+        workspace_for=(lambda key: ws.manager.for_conversation(key).root) if ws is not None else None,
+        model_endpoint=endpoint, jupyter_root=ws.protected.root if ws is not None else None,
+        protected=ws.protected if ws is not None else None,
+        options=dict((broker.config.extra.get("engines") or {}).get(name) or {}))
+
+
 def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = None,
-                    config: RuntimeConfig | None = None, *, recover: bool = True) -> RunManager:
+                    config: RuntimeConfig | None = None, *, recover: bool = True,
+                    engines: Mapping[str, RunEngine] | None = None) -> RunManager:
     """Build the run manager over the broker's gate, store, events and consent router; set
-    ``broker.runs`` and ``broker.client_tools``; repair runs a previous process left unfinished."""
+    ``broker.runs`` and ``broker.client_tools``; repair runs a previous process left unfinished.
+    ``engines``: the engines besides ``relay`` (default: every one ``engines/registry.py`` declares)."""
     store = broker.store
+    conversations = store if hasattr(store, "save_conversation") else MemoryConversations()
     if backends is None:
         backends = backends_from_config(broker.config)
     runtime_config = config or RuntimeConfig(**{
         "turn_timeout": broker.config.turn_timeout, "turn_idle_timeout": broker.config.turn_idle_timeout,
         **{k: v for k, v in broker.config.extra.get("runtime", {}).items() if k in RuntimeConfig.__dataclass_fields__}})
-    manager = RunManager(broker.gate, store, store, broker.events, [BrokerTools(broker)], backends,
-                         runtime_config, consent=broker.permissions)
+    if engines is None:
+        engines = {spec.name: spec.build(engine_services(broker, spec.name))
+                   for spec in ENGINES if spec.build is not None}
+    manager = RunManager(broker.gate, store, conversations, broker.events, [BrokerTools(broker)], backends,
+                         runtime_config, consent=broker.permissions, engines=engines)
     broker.runs = manager
 
     async def client_tools(caller: Caller, origin: str, conversation: str, tool: str,

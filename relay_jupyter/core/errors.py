@@ -74,6 +74,8 @@ class Code(StrEnum):
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     # configuration
     NO_BACKEND = "NO_BACKEND"
+    NO_ENGINE = "NO_ENGINE"
+    """The run's engine cannot run here (its optional extra, its CLI or the scratch workspace is missing)."""
     NO_CREDENTIALS = "NO_CREDENTIALS"
     MODEL_NOT_ALLOWED = "MODEL_NOT_ALLOWED"
     BACKEND_ERROR = "BACKEND_ERROR"

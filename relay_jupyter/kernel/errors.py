@@ -82,6 +82,7 @@ class RpcError(AgentError):
 # What to do about each stable code, appended to the broker's own message so the line is actionable.
 _HINTS: dict[str, str] = {
     "NO_BACKEND": "configure a backend in the relay server config (c.RelayApp.anthropic_api_key or openai_base_url)",
+    "NO_ENGINE": "the engine is not available on this relay server: its message says what to install (docs/engines.md)",
     "NO_CREDENTIALS": "set the API key in the relay server config or its 0600 secrets file, not in the kernel",
     "MODEL_NOT_ALLOWED": "pick a model the broker allows with --model, or widen the grant",
     "BUDGET_EXCEEDED": "the budget for this notebook is used up; see relay.budget() or raise the grant's limits",

@@ -58,6 +58,8 @@ class RunOptions:
     prompt: str
     model: str | None = None
     backend: str | None = None
+    engine: str | None = None
+    """``--engine``: what drives the run (None: the server's ``default_engine``)."""
     chat: str = "default"
     new: bool = False
     mode: str | None = None
@@ -334,7 +336,7 @@ class Session:
             await client.call(Method.CONVERSATIONS_FORK, {"conversation": chat.conversation, "at_turn": fork_at})
         params: wire.RunStartParams = {"conversation": chat.conversation, "prompt": opts.prompt,
                                        "attachments": attachments, "model": opts.model or self.default_model,
-                                       "backend": opts.backend or self.default_backend,
+                                       "backend": opts.backend or self.default_backend, "engine": opts.engine,
                                        "mode": cast(Any, opts.mode), "max_tokens": opts.max_tokens,
                                        "tools": opts.tools}
         started = cast(wire.RunStartResult, await client.call(

@@ -283,6 +283,7 @@ class RunStartParams(TypedDict):
     attachments: NotRequired[list[RunAttachment]]
     model: NotRequired[str | None]
     backend: NotRequired[str | None]
+    engine: NotRequired[str | None]
     mode: NotRequired[Literal["ask", "review", "full"]]
     max_tokens: NotRequired[int | None]
     tools: NotRequired[list[str] | None]

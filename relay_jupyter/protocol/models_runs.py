@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from .run_choices import BackendName
+from .run_choices import BackendName, EngineName
 from .strict import Strict
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "CONVERSATION_NAME_PATTERN",
     "ConversationName",
     "BackendName",
+    "EngineName",
 ]
 
 #: Largest prompt, and largest single attachment, in characters.
@@ -57,6 +58,8 @@ class RunStartParams(_Strict):
     """Model id; default: the server's ``default_model``."""
     backend: BackendName | None = None
     """Default: the server's ``default_backend``."""
+    engine: EngineName | None = None
+    """What drives the run (``docs/engines.md``); default: the server's ``default_engine``."""
     mode: Literal["ask", "review", "full"] = "ask"
     max_tokens: int | None = Field(None, ge=1, le=128_000)
     tools: list[str] | None = Field(None, max_length=500)

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["BACKEND_NAMES", "BackendName"]
+__all__ = ["BACKEND_NAMES", "BackendName", "ENGINE_NAMES", "EngineName"]
 
 #: The model backends, in the registry's order.
 BackendName = Literal["anthropic", "openai", "demo"]
 BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
+
+#: The run engines: ``relay`` (the built-in loop over a backend) and ``claude-code`` (Claude Code through
+#: claude-agent-sdk, an optional extra). Declared in ``engines/registry.py``.
+EngineName = Literal["relay", "claude-code"]
+ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)

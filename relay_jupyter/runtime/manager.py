@@ -29,6 +29,7 @@ from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block, user_message
 from .conversations import HistoryWriter, next_turn
 from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens, usage_event
+from .engine import EngineRun, RelayLoopEngine, RunEngine
 from .executor import Executor
 from .recovery import recover, stored_messages
 from .review import ReviewConsent
@@ -67,6 +68,8 @@ class RunParams:
     prompt: str
     model: str
     backend: str = "anthropic"
+    engine: str = "relay"
+    """The :class:`~relay_jupyter.runtime.engine.RunEngine` that drives the run (``runtime/engine.py``)."""
     attachments: Sequence[dict[str, Any]] = ()
     mode: PermissionMode = PermissionMode.ASK
     max_tokens: int | None = None
@@ -120,15 +123,17 @@ class RunManager:
 
     def __init__(self, gate: Any, journal: Store, conversations: ConversationStore, events_sink: Any,
                  tool_providers: Iterable[ToolProvider] | None, backends: Mapping[str, Backend],
-                 config: RuntimeConfig | None = None, *, consent: Any = None) -> None:
+                 config: RuntimeConfig | None = None, *, consent: Any = None,
+                 engines: Mapping[str, RunEngine] | None = None) -> None:
         """``consent`` is the ask-mode port (the broker's PermissionRouter); without one, ask mode
-        denies every write (fail closed)."""
+        denies every write (fail closed). ``engines``: the engines besides the built-in ``relay`` loop."""
         self.gate = gate
         self.journal = journal
         self.conversations = conversations
         self.events = events_sink
         self.providers: list[ToolProvider] = list(tool_providers or [])
         self.backends = dict(backends)
+        self.engines: dict[str, RunEngine] = {"relay": RelayLoopEngine(self), **(engines or {})}
         self.config = config or RuntimeConfig()
         self.ask_consent = consent if consent is not None else StaticConsent(
             ConsentDecision.DENY, answered_by="policy:no-consent-port")
@@ -157,13 +162,11 @@ class RunManager:
             ConfigRefusal: ``NO_BACKEND`` / ``MODEL_NOT_ALLOWED``.
             RoutingRefusal: ``CONFLICT`` when the conversation already has an active run.
         """
-        backend = self.backends.get(params.backend)
-        if backend is None:
-            raise ConfigRefusal(Code.NO_BACKEND, f"no backend named {params.backend!r} is configured "
-                                f"(available: {', '.join(sorted(self.backends)) or 'none'})")
-        if not backend.allows_model(params.model):
-            raise ConfigRefusal(Code.MODEL_NOT_ALLOWED,
-                                f"model {params.model!r} is not allowed for backend {params.backend!r}")
+        engine = self.engines.get(params.engine)
+        if engine is None:
+            raise ConfigRefusal(Code.NO_ENGINE, f"the {params.engine!r} engine is not enabled on this server "
+                                f"(enabled: {', '.join(sorted(self.engines))})")
+        engine.check(params)  # NO_BACKEND / MODEL_NOT_ALLOWED / a missing extra, in one line
         self.check_storage()
         if ctx.conversation in self._by_conversation or self.journal.running_elsewhere(ctx.conversation):
             raise RoutingRefusal(Code.CONFLICT, "this conversation already has a running agent; "
@@ -177,7 +180,8 @@ class RunManager:
         self._by_conversation[ctx.conversation] = run_id
         try:
             self.journal.run_started(run_id, ctx.origin, ctx.conversation,
-                                     {"model": params.model, "backend": params.backend, "mode": tool_ctx.mode.value,
+                                     {"model": params.model, "backend": params.backend, "engine": params.engine,
+                                      "mode": tool_ctx.mode.value,
                                       "originator": ctx.client_id})
         except BaseException:
             self._forget(run)
@@ -185,7 +189,7 @@ class RunManager:
         self._emit(run, EventType.RUN_STARTED, {"conversation": ctx.conversation, "model": params.model,
                                                 "backend": params.backend, "mode": tool_ctx.mode.value,
                                                 "originator": ctx.client_id})
-        run.task = asyncio.create_task(self._main(run, backend), name=f"relay-{run_id}")
+        run.task = asyncio.create_task(self._main(run, engine), name=f"relay-{run_id}")
         # a task cancelled before its first step never runs _main: still end the run exactly once
         run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))
         return run_id
@@ -258,10 +262,39 @@ class RunManager:
 
     # ---- the run ----------------------------------------------------------------------------
 
-    async def _main(self, run: _Run, backend: Backend) -> None:
+    def _engine_run(self, run: _Run) -> EngineRun:
+        """What an engine gets of the run: the broker's gate, executor, events and history."""
+        def step() -> int:
+            if run.steps >= self.config.max_steps:
+                raise GateRefusal(Code.BUDGET_EXCEEDED, f"step limit of {self.config.max_steps} per run reached",
+                                  data={"limit": "max_steps"})
+            run.steps += 1
+            self._emit(run, EventType.STEP, {"step": run.steps})
+            return run.steps
+
+        def begin() -> list[dict[str, Any]]:
+            history = self._load_history(run)
+            run.turn = next_turn(history)
+            history.append(user_message(run.params.prompt, run.params.attachments, turn=run.turn))
+            run.history = history
+            self._save(run)
+            return history
+
+        def add(message: dict[str, Any]) -> None:
+            if message.get("content"):
+                run.history.append({**message, "turn": run.turn})
+                self._save(run)
+
+        return EngineRun(run_id=run.run_id, ctx=run.ctx, params=run.params, tool_ctx=run.tool_ctx,
+                         config=self.config, gate=self.gate, executor=self.executor,
+                         emit=lambda type, data: self._emit(run, type, data),
+                         text=lambda text: self._text_delta(run, text), begin=begin, add=add,
+                         state=run, steps=lambda: run.steps, step=step)
+
+    async def _main(self, run: _Run, engine: RunEngine) -> None:
         terminal, data, state = EventType.DONE, {}, "done"
         try:
-            await self._loop(run, backend)
+            await engine.drive(self._engine_run(run))
         except asyncio.CancelledError:
             failure = run.store_failure
             if isinstance(failure, Refusal):  # cancelled by a store failure the coalescer's timer met

@@ -22,7 +22,7 @@ from ..broker.assembly import install_components, start_components, stop_compone
 from ..broker.broker import Broker
 from ..broker.config import DEFAULT_SECRET_ENV_VARS, SETTINGS, BrokerConfig
 from ..core.errors import ConfigRefusal
-from ..protocol.run_choices import BACKEND_NAMES
+from ..protocol.run_choices import BACKEND_NAMES, ENGINE_NAMES
 from ..broker.kernel_bridge import end_kernel
 from ..broker.anthropic_proxy import AnthropicProxy
 from .anthropic_handlers import anthropic_handlers
@@ -109,6 +109,9 @@ class RelayApp(ExtensionApp):
                                       "{model: {input, output, cache_write, cache_read}}.")
     default_model = Unicode("claude-sonnet-4-5", config=True, help="Model used when a run names none.")
     default_backend = Enum(list(BACKEND_NAMES), "anthropic", config=True, help="Backend used by default.")
+    default_engine = Enum(list(ENGINE_NAMES), "relay", config=True,
+                          help="Engine of a run that names none: relay (built-in loop) or claude-code "
+                               "(pip install relay-jupyter[claude-code]; docs/engines.md).")
     allowed_models = List(Unicode(), config=True, help="Models the broker allows at all (empty: any a grant names).")
     default_tools = List(Unicode(), ["*"], config=True,
                          help="Tools the connect card pre-checks: tool names, or '*' for every tool offered "

@@ -68,3 +68,22 @@ def test_every_spec_has_a_one_line_hint_and_a_settings_model():
     assert registry.spec("bogus") is None
     with pytest.raises(ValidationError):  # settings models are strict
         registry.OpenAISettings(base_url="http://127.0.0.1:9", surprise=1)
+
+
+def test_engine_names_come_from_one_list_too():
+    from relay_jupyter.engines.registry import ENGINES
+    from relay_jupyter.protocol.run_choices import ENGINE_NAMES
+    from relay_jupyter.server.app import RelayApp
+
+    assert tuple(s.name for s in ENGINES) == ENGINE_NAMES == ("relay", "claude-code")
+    assert tuple(RelayApp.class_traits()["default_engine"].values) == ENGINE_NAMES
+    for name in ENGINE_NAMES:
+        assert parse_line(f"--engine {name}", "hi").engine == name
+        assert RunStartParams(conversation="c", prompt="p", engine=name).engine == name
+        assert BrokerConfig(default_engine=name).default_engine == name
+    assert parse_line("", "hi").engine is None and BrokerConfig().default_engine == "relay"
+    assert f"--engine {'|'.join(ENGINE_NAMES)}" in USAGE
+    with pytest.raises(AgentUsageError):
+        parse_line("--engine bogus", "hi")
+    with pytest.raises(ValidationError):
+        RunStartParams(conversation="c", prompt="p", engine="bogus")

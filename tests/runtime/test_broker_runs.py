@@ -106,3 +106,59 @@ async def test_bad_params_and_unconfigured_backend(fake):
     assert await finished(broker, no_grant["run_id"]) == EventType.ERROR
     error = [e for e in broker.store.events_since(0) if e.type == EventType.ERROR][0]
     assert error.data["code"] == "UNAUTHORIZED"
+
+
+class _ScriptedEngine:
+    """A second engine registered in one place (install_runtime's engines): it streams text and proposes one
+    tool call through the broker's executor, so the gate, journal and events stay the broker's."""
+
+    name = "claude-code"
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def check(self, params) -> None:
+        self.checked.append(params.engine)
+
+    async def drive(self, run) -> None:
+        from relay_jupyter.backends.base import ToolCallDone
+        from relay_jupyter.runtime.tools import ToolIndex
+
+        history = run.begin()
+        assert history[-1]["role"] == "user"
+        run.step()
+        run.text("from the scripted engine")
+        index = ToolIndex([], run.tool_ctx)
+        result = await run.executor.run_call(run.tool_ctx, index, ToolCallDone(id="c1", name="nope", input={}))
+        assert result.is_error and result.code == "UNKNOWN_TOOL"
+        run.add({"role": "assistant", "content": [{"type": "text", "text": "from the scripted engine"}]})
+
+
+async def test_an_engine_registered_in_one_place_is_selected_by_run_start(fake):
+    broker = Broker.open(BrokerConfig(in_memory=True, default_model="claude-test-1"))
+    broker.grants.issue(Grant(origin=A.origin, tools=frozenset({"*"}), models=frozenset({"*"}), consent_id="c"))
+    engine = _ScriptedEngine()
+    install_runtime(broker, {"anthropic": make_backend("anthropic", fake)}, engines={"claude-code": engine})
+    run_id = (await call_method(broker, A, "run.start", {"conversation": "e1", "prompt": "hi",
+                                                         "engine": "claude-code"}))["run_id"]
+    assert await finished(broker, run_id) == EventType.DONE
+    types = [e.type for e in broker.store.events_since(0) if e.run_id == run_id]
+    assert EventType.TEXT_DELTA in types and EventType.TOOL_DECIDED in types and EventType.STEP in types
+    assert engine.checked == ["claude-code"] and fake.requests == []  # the relay loop never ran
+    history = broker.runs.conversations.load_conversation(conversation_key(A.origin, "e1"))["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    # the default engine is the relay loop; an unknown engine is refused by the protocol
+    fake.enqueue(Reply("relay loop"))
+    run_id = (await call_method(broker, A, "run.start", {"conversation": "e2", "prompt": "hi"}))["run_id"]
+    assert await finished(broker, run_id) == EventType.DONE and len(fake.requests) == 1
+    with pytest.raises(InvalidParams):
+        await call_method(broker, A, "run.start", {"conversation": "e3", "prompt": "p", "engine": "bogus"})
+
+
+async def test_an_engine_that_is_not_enabled_is_refused_in_one_line(fake):
+    broker = broker_with(fake)
+    broker.runs.engines.pop("claude-code", None)
+    with pytest.raises(Refusal) as info:
+        await call_method(broker, A, "run.start", {"conversation": "c", "prompt": "p", "engine": "claude-code"})
+    assert info.value.code.value == "NO_ENGINE" and "claude-code" in info.value.message
+    assert "\n" not in info.value.message

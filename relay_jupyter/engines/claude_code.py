@@ -1,0 +1,599 @@
+"""The ``claude-code`` engine: Claude Code (the ``claude`` CLI, through PyPI ``claude-agent-sdk``) drives the
+run's loop, and relay's gate authorises every tool call it proposes (issue 17; docs/engines.md).
+
+Run by the broker, never in a kernel. Per run:
+
+- **Where**: the CLI's working directory is the conversation's scratch workspace; its ``HOME`` and
+  ``TMPDIR`` are a fresh 0700 run directory (no user settings, no login, no history of other runs).
+- **Environment built from nothing** (:mod:`relay_jupyter.engines.claude_launch`): ``PATH``, ``HOME``, locale,
+  quiet switches, and ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` = relay's Anthropic endpoint on loopback
+  with a key minted for this run (``broker/engine_endpoint.py``). So every model request of the CLI meets the
+  gate (grant, model allowlist, rate/token/cost budgets, audit) and is forwarded with the broker's key, which
+  the CLI never sees; no Jupyter token, no broker secret, no kernel credential reaches it.
+- **Every tool call through the gate**: a ``PreToolUse`` hook (called for *every* call, including those the CLI
+  would auto-allow) and ``can_use_tool`` (called for the calls the CLI would prompt for) both answer from one
+  decision per ``tool_use_id``, made by relay's executor (``runtime/executor.py``: the grant, the call's
+  class, the gate, consent for writes — a card in ask mode, the reviewer in review mode, allowed in full mode
+  — the journal's intent before the CLI runs it and its outcome after, from ``PostToolUse``, and the audit).
+  A refusal is the hook's ``deny`` with the reason, which the model reads as the tool's error.
+- **Classification** (:func:`classify`): ``Read``/``Glob``/``Grep`` inside the workspace are ``read``;
+  elsewhere inside the Jupyter root a ``write`` (a card naming the path) unless the root's rules refuse it
+  (credential stores, relay and Jupyter dirs); outside the root refused. ``Write``/``Edit``/``NotebookEdit``
+  inside the workspace are ``contained``; elsewhere refused in every mode (files reach the project only
+  through ``scratch_push`` and its card). ``Bash``, ``WebFetch``, ``WebSearch`` and anything unknown are
+  ``write``; the card shows the exact command, URL or query.
+- **Cancel**: the CLI and every process of its session are SIGKILLed (the run ends ``run.cancelled``, once).
+
+SDK options and why (``_options``): ``permission_mode="default"`` (never ``bypassPermissions``, which skips
+``can_use_tool``); ``allowed_tools=[]`` (an entry would pre-approve a tool past the gate); ``tools`` = the
+built-ins relay classifies (no ``Task`` sub-agents, no ``TodoWrite``); ``setting_sources=[]`` and
+``strict_mcp_config=True`` with no MCP servers (no user or project settings, hooks, permission rules or MCP
+servers of the machine apply); ``max_turns`` = the run's step cap; ``include_partial_messages`` for streamed text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backends.base import ToolCallDone, model_allowed
+from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, WorkspaceRefusal
+from ..core.types import ToolClass, ToolSpec, Usage
+from ..protocol.names import EventType
+from ..runtime.driver import Coalescer
+from ..runtime.engine import EngineRun
+from ..runtime.tools import Preflight, ToolContext, ToolIndex, ToolResult
+
+__all__ = ["BUILTIN_TOOLS", "ClaudeCodeEngine", "classify", "kill_session"]
+
+log = logging.getLogger(__name__)
+
+#: The Claude Code built-ins offered to the CLI (``options.tools``: what exists, not what is approved).
+BUILTIN_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "Write", "Edit", "NotebookEdit", "Bash", "WebFetch",
+                                  "WebSearch")
+_READS = {"Read": "file_path", "Glob": "path", "Grep": "path"}
+_WRITES = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
+_SHOWN = {"Bash": "command", "WebFetch": "url", "WebSearch": "query"}
+
+INSTALL_HINT = "pip install 'relay-jupyter[claude-code]' in the Jupyter server's environment, then restart it"
+SYSTEM_APPEND = (
+    "You run inside relay, a broker in the user's Jupyter server. Your working directory is a scratch "
+    "workspace: write files only there. Every tool call is authorised by relay; a refused call says why — "
+    "do not try to work around a refusal.")
+
+#: The call the executor is running in this task (set by the gate task, read by the tool source).
+_CALL: contextvars.ContextVar[_Gated | None] = contextvars.ContextVar("relay_claude_code_call", default=None)
+
+
+# -- classification -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Verdict:
+    """How relay sees one proposed call: its class (None: refused, with ``refusal``), card lines, preview."""
+
+    tool_class: ToolClass | None
+    reasons: tuple[str, ...] = ()
+    preview: dict[str, Any] = field(default_factory=dict)
+    refusal: str = ""
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _resolve(value: Any, cwd: Path) -> Path | None:
+    if not isinstance(value, str) or not value or "\x00" in value or len(value) > 4096:
+        return None
+    p = Path(value)
+    if value.startswith("~"):
+        return None  # the CLI's HOME is not the user's: refuse rather than guess what it means
+    return Path(os.path.realpath(p if p.is_absolute() else cwd / p))
+
+
+def _glob_escapes(pattern: Any) -> bool:
+    return isinstance(pattern, str) and (pattern.startswith(("/", "~")) or ".." in Path(pattern).parts)
+
+
+def classify(name: str, args: dict[str, Any], workspace: Path, *, jupyter_root: Path | None = None,
+             protected: Any = None) -> Verdict:
+    """The class of one Claude Code built-in call (module docstring). Never raises."""
+    ws = Path(os.path.realpath(workspace))
+    if name in _READS:
+        key = _READS[name]
+        raw = args.get(key)
+        target = ws if raw in (None, "") and name != "Read" else _resolve(raw, ws)
+        patterns = [args.get("pattern")] if name == "Glob" else [args.get("glob")]
+        if target is None:
+            return Verdict(None, refusal=f"{name}: {key} must be an absolute path (no ~)")
+        if any(_glob_escapes(p) for p in patterns):
+            return Verdict(ToolClass.WRITE, (f"{name} with a pattern that leaves its directory: "
+                                             f"{str(patterns[0])[:300]}",), {"path": str(target)})
+        if _inside(target, ws):
+            return Verdict(ToolClass.READ, preview={"path": str(target)})
+        return _outside_read(name, target, jupyter_root, protected)
+    if name in _WRITES:
+        key = _WRITES[name]
+        target = _resolve(args.get(key), ws)
+        if target is not None and _inside(target, ws) and target != ws:
+            return Verdict(ToolClass.CONTAINED, preview={"path": str(target)})
+        return Verdict(None, refusal=(
+            f"{name} outside the scratch workspace is refused ({str(args.get(key))[:300]!r}): Claude Code writes "
+            f"only in its workspace ({ws}); files reach the project through scratch_push and its card"))
+    if name in _SHOWN:
+        key = _SHOWN[name]
+        shown = str(args.get(key, ""))[:2000]
+        what = {"Bash": "run a shell command", "WebFetch": "fetch a URL", "WebSearch": "search the web"}[name]
+        return Verdict(ToolClass.WRITE, (f"Claude Code wants to {what}: {shown}",), {key: shown})
+    return Verdict(ToolClass.WRITE, (f"Claude Code tool {name[:100]!r}, which relay does not classify: "
+                                     "asked as a write",), {"arguments": json.dumps(args, default=str)[:2000]})
+
+
+def _outside_read(name: str, target: Path, root: Path | None, protected: Any) -> Verdict:
+    if root is None or protected is None:
+        return Verdict(None, refusal=f"{name} outside the scratch workspace is refused ({target})")
+    below = protected.below_root(target)
+    if below is None:
+        return Verdict(None, refusal=f"{name} of {target} is refused: it is outside the Jupyter root")
+    reason = protected.reason(tuple(below), target) if below else "it is the Jupyter root itself"
+    if reason:
+        return Verdict(None, refusal=f"{name} of {target} is refused: {reason}")
+    return Verdict(ToolClass.WRITE, (f"Claude Code wants to read {target}, outside its scratch workspace",),
+                   {"path": str(target)})
+
+
+# -- the gate binding ---------------------------------------------------------------------------------
+
+@dataclass
+class _Gated:
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    allowed: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome: asyncio.Future[ToolResult] | None = None
+    task: asyncio.Task[ToolResult] | None = None
+
+
+class _ClaudeCodeTools:
+    """Claude Code's built-ins as a relay tool source (``core/tooling.ToolSource``), for this run: preflight
+    classifies the call; ``tool_call`` runs once the gate allowed it and *waits for the CLI* to run it and
+    report its outcome (``PostToolUse``), so the executor journals the intent before and the outcome after."""
+
+    def __init__(self, workspace: Path, jupyter_root: Path | None, protected: Any) -> None:
+        self.workspace, self.jupyter_root, self.protected = workspace, jupyter_root, protected
+        # the spec's class is the floor (read): the executor combines it with the preflight's class of each
+        # call by core.types.stricter, which only ever raises it, and the preflight always classifies
+        self._specs = {n: ToolSpec(name=n, description=f"Claude Code built-in {n}",
+                                   input_schema={"type": "object"}, tool_class=ToolClass.READ,
+                                   source="claude-code") for n in BUILTIN_TOOLS}
+
+    def spec(self, name: str) -> ToolSpec:
+        spec = self._specs.get(name)
+        if spec is None:  # unknown to relay (a newer CLI): gated as a write
+            spec = self._specs[name] = ToolSpec(name=name[:200], description="Claude Code tool (unclassified)",
+                                                input_schema={"type": "object"}, tool_class=ToolClass.READ,
+                                                source="claude-code")  # preflight: write
+        return spec
+
+    # ToolSource (core/tooling.py), and the older provider names (runtime/tools.py) alike
+    def tool_specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        return list(self._specs.values())
+
+    specs = tool_specs
+
+    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    current = tool_current
+
+    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        verdict = classify(name, args, self.workspace, jupyter_root=self.jupyter_root, protected=self.protected)
+        if verdict.tool_class is None:
+            raise WorkspaceRefusal(Code.PATH_REFUSED, verdict.refusal)
+        return Preflight(reasons=verdict.reasons, preview=verdict.preview, tool_class=verdict.tool_class)
+
+    preflight = tool_preflight
+
+    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                        approved_preview: dict[str, Any]) -> ToolResult:
+        gated = _CALL.get()
+        if gated is None or gated.name != name or gated.outcome is None:
+            return ToolResult("internal: no Claude Code call is waiting for this decision", is_error=True,
+                              code=Code.INTERNAL.value)
+        gated.allowed.set()  # the hook answers the CLI now; the CLI runs the tool
+        return await gated.outcome
+
+    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                   approved_preview: dict[str, Any]) -> ToolResult:
+        return await self.tool_call(ctx, name, args, approved_preview)
+
+
+class _Binding:
+    """One decision per ``tool_use_id``, shared by the ``PreToolUse`` hook and ``can_use_tool``."""
+
+    def __init__(self, run: EngineRun, tools: _ClaudeCodeTools) -> None:
+        self.run, self.tools = run, tools
+        self.index = ToolIndex([tools], run.tool_ctx)
+        self.calls: dict[str, _Gated] = {}
+
+    async def decide(self, tool_use_id: str | None, name: str, args: Any) -> tuple[bool, str]:
+        if not isinstance(tool_use_id, str) or not tool_use_id:
+            return False, "relay: a tool call without an id is refused"
+        if not isinstance(args, dict):
+            args = {}
+        gated = self.calls.get(tool_use_id)
+        if gated is None:
+            self.tools.spec(name)
+            gated = self.calls[tool_use_id] = _Gated(tool_use_id, name, args)
+            gated.outcome = asyncio.get_running_loop().create_future()
+            gated.task = asyncio.create_task(self._gate(gated), name=f"relay-cc-{tool_use_id[:40]}")
+        elif gated.name != name or gated.args != args:  # the same id with another call: never reuse a yes
+            return False, "relay: this tool call differs from the one relay decided on"
+        assert gated.task is not None
+        waiter = asyncio.ensure_future(gated.allowed.wait())
+        try:
+            await asyncio.wait({waiter, gated.task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if gated.allowed.is_set():
+            return True, ""
+        result = gated.task.result()
+        return False, f"relay refused this call: {result.content}"
+
+    async def _gate(self, gated: _Gated) -> ToolResult:
+        _CALL.set(gated)  # this task's own context: the source's tool_call finds its call
+        index = self.index
+        if index.get(gated.name) is None:  # a tool relay does not classify (decide() added it): a write
+            index = self.index = ToolIndex([self.tools], self.run.tool_ctx)
+        size = len(json.dumps(gated.args, default=str).encode())
+        return await self.run.executor.run_call(self.run.tool_ctx, index,
+                                                ToolCallDone(id=gated.call_id, name=gated.name, input=gated.args,
+                                                             raw_size=size))
+
+    def finished(self, tool_use_id: str | None, response: Any, is_error: bool) -> None:
+        gated = self.calls.get(tool_use_id or "")
+        if gated is None or gated.outcome is None or gated.outcome.done():
+            return
+        text = response if isinstance(response, str) else json.dumps(response, default=str)
+        gated.outcome.set_result(ToolResult(text[:20_000], is_error=is_error))
+
+    async def aclose(self) -> None:
+        """Cancel what is still open: the executor journals "cancelled, outcome unknown" for a call the CLI
+        had been allowed to run, and a refusal for one still waiting for consent."""
+        tasks = [g.task for g in self.calls.values() if g.task is not None and not g.task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the two SDK callbacks ----------------------------------------------------------------------
+    async def pre_tool_use(self, hook_input: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        data = hook_input if isinstance(hook_input, dict) else {}
+        ok, reason = await self.decide(data.get("tool_use_id") or tool_use_id, str(data.get("tool_name", "")),
+                                       data.get("tool_input"))
+        if ok:
+            return {}  # allowed by relay; the CLI's own checks still apply (they can only say no)
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                       "permissionDecisionReason": reason}}
+
+    async def post_tool_use(self, hook_input: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        data = hook_input if isinstance(hook_input, dict) else {}
+        failed = data.get("hook_event_name") == "PostToolUseFailure"
+        self.finished(data.get("tool_use_id") or tool_use_id,
+                      data.get("error") if failed else data.get("tool_response"), failed)
+        return {}
+
+    async def can_use_tool(self, name: str, args: dict[str, Any], context: Any) -> Any:
+        from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
+
+        ok, reason = await self.decide(getattr(context, "tool_use_id", None), name, args)
+        return PermissionResultAllow() if ok else PermissionResultDeny(message=reason)
+
+
+# -- processes ----------------------------------------------------------------------------------------
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(ppid, session id, state) of ``pid``, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()
+    return int(fields[1]), int(fields[3]), fields[0]
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes of session ``sid``, their descendants, and every process of a session one of those
+    started (Claude Code runs each ``Bash`` command in a session of its own; a command that puts a child in
+    the background leaves it there, re-parented to init, after the shell is gone)."""
+    table: dict[int, tuple[int, int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st is not None and st[2] != "Z":
+                table[int(entry)] = st
+    never = {0, 1, os.getsid(0)}  # never the broker's own session
+    sessions = {sid} - never
+    members: set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, s, _) in table.items():
+            if pid in members:
+                continue
+            if s in sessions or ppid in members or pid == sid:
+                members.add(pid)
+                grew = True
+                if s not in never and s not in sessions:
+                    sessions.add(s)
+    members.discard(os.getpid())
+    return sorted(members)
+
+
+def kill_session(sid: int | None) -> int:
+    """SIGKILL the CLI's session (the launcher made the CLI a session leader: ``sid`` is its pid), and
+    every descendant that left it. Returns how many processes were signalled."""
+    if not sid or sid <= 1 or sid == os.getpid() or sid == os.getsid(0):
+        return 0
+    killed = 0
+    for _ in range(3):  # a process forking while we kill: look again
+        members = session_members(sid)
+        if not members:
+            break
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+# -- the engine ---------------------------------------------------------------------------------------
+
+def _bundled_cli() -> str | None:
+    spec = importlib.util.find_spec("claude_agent_sdk")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / "_bundled" / "claude"
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+class ClaudeCodeEngine:
+    """``claude-code``: see the module docstring. One instance serves every run of the broker."""
+
+    name = "claude-code"
+
+    def __init__(self, services: Any) -> None:
+        self.services = services
+        self.options = dict(getattr(services, "options", {}) or {})
+
+    # -- RunEngine ------------------------------------------------------------------------------
+    def cli_path(self) -> str | None:
+        configured = self.options.get("cli_path")
+        if configured:
+            return str(configured) if os.access(str(configured), os.X_OK) else None
+        return _bundled_cli() or shutil.which("claude")
+
+    def check(self, params: Any) -> None:
+        if importlib.util.find_spec("claude_agent_sdk") is None:
+            raise ConfigRefusal(Code.NO_ENGINE, f"the claude-code engine needs the claude-agent-sdk extra: {INSTALL_HINT}")
+        if self.cli_path() is None:
+            raise ConfigRefusal(Code.NO_ENGINE, "the claude-code engine found no claude CLI (the claude-agent-sdk "
+                                f"wheel bundles one; reinstall it: {INSTALL_HINT}, or set "
+                                "c.RelayApp.extra = {'engines': {'claude-code': {'cli_path': ...}}})")
+        if getattr(self.services, "workspace_for", None) is None:
+            raise ConfigRefusal(Code.NO_ENGINE, "the claude-code engine needs the scratch workspace, which this "
+                                "broker does not have (an in-memory broker)")
+        endpoint = getattr(self.services, "model_endpoint", None)
+        problem = endpoint.problem() if endpoint is not None else "no model endpoint"
+        if problem:
+            raise ConfigRefusal(Code.NO_CREDENTIALS, "the claude-code engine sends Claude Code's model requests "
+                                f"through relay's Anthropic endpoint: {problem}")
+        if not model_allowed(params.model, ("claude-*",)):
+            raise ConfigRefusal(Code.MODEL_NOT_ALLOWED, f"model {params.model!r} is not a Claude model "
+                                "(the claude-code engine runs Claude models only; use --model claude-...)")
+
+    async def drive(self, run: EngineRun) -> None:
+        history = run.begin()
+        workspace = Path(self.services.workspace_for(run.ctx.conversation))
+        stopped: dict[str, str] = {}
+        stop = asyncio.Event()
+
+        def on_refusal(code: str, message: str) -> None:
+            # a refusal the CLI would retry (a spent budget, a revoked grant): the run ends with it, now
+            if code in (Code.BUDGET_EXCEEDED.value, Code.UNAUTHORIZED.value, Code.SCOPE_EXCEEDED.value):
+                stopped.setdefault("code", code)
+                stopped.setdefault("message", message)
+                stop.set()
+
+        run_dir = Path(tempfile.mkdtemp(prefix="relay-claude-code-"))
+        sid: int | None = None
+        binding = _Binding(run, _ClaudeCodeTools(workspace, self.services.jupyter_root, self.services.protected))
+        try:
+            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session:
+                wrapper = self._prepare(run_dir, session)
+                options = self._options(run, workspace, wrapper, binding)
+                sid_file = run_dir / "pid"
+                try:
+                    text = await self._converse(run, options, history, stop, sid_file)
+                finally:
+                    sid = _read_pid(sid_file)
+                    kill_session(sid)  # nothing of the CLI outlives the run (cancel, error or done)
+                    await binding.aclose()
+            if stopped:
+                raise GateRefusal(Code(stopped["code"]), stopped["message"])
+            run.add({"role": "assistant", "content": [{"type": "text", "text": text}] if text else []})
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _prepare(self, run_dir: Path, session: Any) -> Path:
+        """The run directory: HOME and TMPDIR of the CLI, its environment file, the launcher script."""
+        os.chmod(run_dir, 0o700)
+        home, tmp = run_dir / "home", run_dir / "tmp"
+        home.mkdir(mode=0o700)
+        tmp.mkdir(mode=0o700)
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
+            "TERM": "dumb", "SHELL": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
+            "ANTHROPIC_BASE_URL": session.base_url, "ANTHROPIC_API_KEY": session.key,
+            "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        fd = os.open(run_dir / "env.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(env, f)
+        launcher = Path(__file__).with_name("claude_launch.py")
+        cli = self.cli_path()
+        wrapper = run_dir / "claude"
+        fd = os.open(wrapper, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\n" f"exec {_sh(sys.executable)} -I -S {_sh(str(launcher))} {_sh(str(run_dir))} "
+                    f"{_sh(str(cli))} \"$@\"\n")
+        return wrapper
+
+    def _options(self, run: EngineRun, workspace: Path, wrapper: Path, binding: _Binding) -> Any:
+        from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
+
+        # a hook waits for the consent card: its timeout must outlast the card's
+        wait = float(self.options.get("hook_timeout", 3600))
+        return ClaudeAgentOptions(
+            tools=list(BUILTIN_TOOLS), allowed_tools=[], permission_mode="default",
+            can_use_tool=binding.can_use_tool,
+            hooks={"PreToolUse": [HookMatcher(matcher=None, hooks=[binding.pre_tool_use], timeout=wait)],
+                   "PostToolUse": [HookMatcher(matcher=None, hooks=[binding.post_tool_use])],
+                   "PostToolUseFailure": [HookMatcher(matcher=None, hooks=[binding.post_tool_use])]},
+            cwd=str(workspace), cli_path=str(wrapper), model=run.params.model, max_turns=run.config.max_steps,
+            mcp_servers={}, strict_mcp_config=True, setting_sources=[], include_partial_messages=True,
+            system_prompt={"type": "preset", "preset": "claude_code", "append": SYSTEM_APPEND},
+            env={}, stderr=_stderr_logger(run.run_id))
+
+    async def _converse(self, run: EngineRun, options: Any, history: list[dict[str, Any]],
+                        stop: asyncio.Event, sid_file: Path) -> str:
+        from claude_agent_sdk import ClaudeSDKClient
+        from claude_agent_sdk import ResultMessage, StreamEvent, AssistantMessage, TextBlock
+
+        parts: list[str] = []
+        streamed = {"any": False}
+        coalescer = Coalescer(run.text, interval=run.config.coalesce_interval, max_chars=run.config.coalesce_chars)
+        result: Any = None
+
+        async def consume(client: Any) -> None:
+            nonlocal result
+            async for message in client.receive_response():
+                if isinstance(message, StreamEvent):
+                    event = message.event or {}
+                    kind = event.get("type")
+                    if kind == "message_start" and message.parent_tool_use_id is None:
+                        run.step()  # each model request is a step (max_steps; the gate charges it)
+                    elif kind == "content_block_start" and message.parent_tool_use_id is None:
+                        block = event.get("content_block") or {}
+                        if block.get("type") == "text" and streamed["any"]:
+                            coalescer.add("\n\n")  # between two texts of the answer, as in the history
+                    elif kind == "content_block_delta" and message.parent_tool_use_id is None:
+                        delta = event.get("delta") or {}
+                        if delta.get("type") == "text_delta" and delta.get("text"):
+                            coalescer.add(str(delta["text"]))
+                            streamed["any"] = True
+                elif isinstance(message, AssistantMessage) and message.parent_tool_use_id is None:
+                    texts = [b.text for b in message.content if isinstance(b, TextBlock) and b.text]
+                    parts.extend(texts)
+                elif isinstance(message, ResultMessage):
+                    result = message
+
+        client = ClaudeSDKClient(options)
+        try:
+            await client.connect()
+            await client.query(_prompt(run, history))
+            consumer = asyncio.ensure_future(consume(client))
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({consumer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopper.cancel()
+                if not consumer.done():
+                    consumer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await consumer
+            if consumer.done() and not consumer.cancelled() and consumer.exception() is not None:
+                raise consumer.exception()  # type: ignore[misc]
+        except asyncio.CancelledError:
+            kill_session(_read_pid(sid_file))  # first: the SDK's own close may not run its escalation
+            raise
+        finally:
+            coalescer.close()
+            kill_session(_read_pid(sid_file))
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(client.disconnect()), timeout=10)
+        if stop.is_set():
+            return "".join(parts)
+        if result is None:
+            raise Refusal(Code.BACKEND_ERROR, "Claude Code ended without a result (see the broker log)")
+        _usage(run, result)
+        if result.subtype == "error_max_turns":
+            raise GateRefusal(Code.BUDGET_EXCEEDED, f"step limit of {run.config.max_steps} per run reached",
+                              data={"limit": "max_steps"})
+        if result.is_error:
+            detail = "; ".join(str(e) for e in (result.errors or [])) or str(result.result or result.subtype)
+            raise Refusal(Code.BACKEND_ERROR, f"Claude Code failed: {detail[:500]}")
+        return "\n\n".join(parts)
+
+
+def _prompt(run: EngineRun, history: list[dict[str, Any]]) -> str:
+    """The prompt of this run, with its attachments (untrusted data, labelled as such)."""
+    text = run.params.prompt
+    for a in run.params.attachments or ():
+        label = str(a.get("label", "attachment"))[:200]
+        text += f"\n\n<untrusted-data label={json.dumps(label)}>\n{a.get('content', '')}\n</untrusted-data>"
+    return text
+
+
+def _usage(run: EngineRun, result: Any) -> None:
+    u = result.usage or {}
+    try:
+        usage = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
+                      cache_creation_input_tokens=int(u.get("cache_creation_input_tokens") or 0),
+                      cache_read_input_tokens=int(u.get("cache_read_input_tokens") or 0))
+        data = usage.model_dump()
+    except Exception:
+        data = {}
+    # charged per request by the gate at relay's endpoint; this is the engine's own total, for the cell
+    run.emit(EventType.USAGE, {**data, "basis": "proxy", "cost_usd": round(float(result.total_cost_usd or 0.0), 6)})
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _sh(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)
+
+
+def _stderr_logger(run_id: str) -> Any:
+    from ..core.redact import mask_secret_text
+
+    count = {"n": 0}
+
+    def write(line: str) -> None:
+        if count["n"] < 200:  # bounded: a chatty CLI must not flood the broker log
+            count["n"] += 1
+            log.debug("claude-code %s: %s", run_id, mask_secret_text(line[:500]))
+
+    return write
