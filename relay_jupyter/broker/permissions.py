@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, RoutingRefusal
+from ..core.memory import MemoryStore
+from ..core.ports import TrustStore
 from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, ConsentScope
 from ..protocol.names import EventType
 from ..runtime.tools import tool_identity
@@ -52,43 +53,11 @@ ALL_SCOPES = (ConsentScope.ONCE.value, ConsentScope.RUN.value, ConsentScope.NOTE
 ONCE_ONLY = (ConsentScope.ONCE.value,)
 
 
-class TrustBook(Protocol):
-    """Saved "always allow for this notebook" trust (the Store implements these names)."""
+TrustBook = TrustStore
+"""Saved "always allow for this notebook" trust: the store's (``core.ports.TrustStore``)."""
 
-    def add_trust(self, origin: str, tool: str, digest: str) -> None: ...
-    def has_trust(self, origin: str, tool: str, digest: str) -> bool: ...
-    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]: ...
-    def revoke_trust(self, origin: str, tool: str | None = None) -> int | bool: ...
-
-
-class MemoryTrust:
-    """In-memory :class:`TrustBook` for brokers without a durable store."""
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._lock = threading.Lock()
-        self._rows: dict[tuple[str, str], dict[str, Any]] = {}
-        self._clock = clock
-
-    def add_trust(self, origin: str, tool: str, digest: str) -> None:
-        with self._lock:
-            self._rows[(origin, tool)] = {"origin": origin, "tool": tool, "digest": digest,
-                                          "created_at": self._clock()}
-
-    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
-        with self._lock:
-            row = self._rows.get((origin, tool))
-            return row is not None and row["digest"] == digest
-
-    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            return [dict(r) for k, r in sorted(self._rows.items()) if origin is None or k[0] == origin]
-
-    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
-        with self._lock:
-            keys = [k for k in self._rows if k[0] == origin and (tool is None or k[1] == tool)]
-            for k in keys:
-                del self._rows[k]
-            return len(keys)
+MemoryTrust = MemoryStore
+"""In-memory trust: the one in-memory store (``core.memory.MemoryStore``)."""
 
 
 @dataclass
