@@ -21,7 +21,9 @@ from typing import Any
 
 from ..core.caller import Caller
 from ..core.errors import Code, RoutingRefusal
+from ..core.tooling import Preflight, ToolContext, ToolResult, as_result, offers_kernel_tools
 from ..core.types import ToolClass, ToolSpec
+from ..protocol.kernel_tools import KERNEL_TOOLS
 from ..protocol.names import EventType
 from .events import EventBus
 
@@ -30,48 +32,13 @@ __all__ = ["KERNEL_TOOL_SPECS", "MAX_RESULT_CHARS", "KernelBridge", "end_kernel"
 #: Longest kernel-tool result kept (characters); longer content is cut with a marker.
 MAX_RESULT_CHARS = 200_000
 
-#: Arguments of the two code tools (propose_cell, run_code).
-_CODE_SCHEMA: dict = {
-    "type": "object",
-    "properties": {"code": {"type": "string", "maxLength": 100_000}},
-    "required": ["code"],
-    "additionalProperties": False,
-}
-
-KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        name="list_variables",
-        description="List the variables in the notebook's kernel namespace with their types and short reprs.",
-        input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-        tool_class=ToolClass.READ,
-        parallel_safe=True,
-    ),
-    ToolSpec(
-        name="describe_dataframe",
-        description="Describe a pandas DataFrame in the kernel: shape, dtypes, head and summary statistics.",
-        input_schema={
-            "type": "object",
-            "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 200}},
-            "required": ["name"],
-            "additionalProperties": False,
-        },
-        tool_class=ToolClass.READ,
-        parallel_safe=True,
-    ),
-    ToolSpec(
-        name="propose_cell",
-        description="Propose a new code cell to the user; it is inserted below the agent cell, not run.",
-        input_schema=_CODE_SCHEMA,
-        tool_class=ToolClass.WRITE,
-    ),
-    ToolSpec(
-        name="run_code",
-        description="Run Python code in the notebook's kernel and return its output.",
-        input_schema=_CODE_SCHEMA,
-        tool_class=ToolClass.WRITE,
-        runs_code=True,  # approved one call at a time (broker/permissions.py)
-    ),
-)
+#: The kernel tools as the broker offers and gates them, made from the one list both processes share
+#: (``protocol/kernel_tools.py``).
+KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = tuple(
+    ToolSpec(name=t.name, description=t.description, input_schema=t.input_schema,
+             tool_class=ToolClass(t.tool_class), parallel_safe=t.parallel_safe, runs_code=t.runs_code)
+    for t in KERNEL_TOOLS)
+_BY_NAME = {s.name: s for s in KERNEL_TOOL_SPECS}
 
 
 @dataclass
@@ -97,7 +64,27 @@ class KernelBridge:
         return list(KERNEL_TOOL_SPECS)
 
     def spec(self, name: str) -> ToolSpec | None:
-        return next((s for s in KERNEL_TOOL_SPECS if s.name == name), None)
+        return _BY_NAME.get(name)
+
+    # -- ToolSource (core/tooling.py) ------------------------------------------------------
+
+    def tool_specs(self, ctx: ToolContext) -> list[ToolSpec]:
+        """The kernel tools, only when a kernel is the caller (they run in that kernel:
+        :func:`~relay_jupyter.core.tooling.offers_kernel_tools`)."""
+        return list(KERNEL_TOOL_SPECS) if offers_kernel_tools(ctx) else []
+
+    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """Built-in tools do not change while the broker runs."""
+        return _BY_NAME.get(name) if offers_kernel_tools(ctx) else None
+
+    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """Kernel tools have no local check beyond the schema (the card shows the exact code)."""
+        return Preflight()
+
+    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                        approved_preview: dict[str, Any]) -> ToolResult:
+        """Ask the originating kernel (``ctx.originator`` of ``ctx.origin``) to run the tool."""
+        return as_result(await self.call(ctx.origin, ctx.originator or "", name, args, run_id=ctx.run_id))
 
     async def call(self, origin: str, client_id: str, tool: str, arguments: dict[str, Any], *,
                    run_id: str | None = None, timeout: float | None = None) -> dict[str, Any]:

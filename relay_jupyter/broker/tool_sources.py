@@ -1,74 +1,114 @@
-"""The broker's tool sources, listed once and in one order (workspace, kernel bridge, MCP): the one
-module that says which sources a run is offered and who owns a name when two sources offer it."""
+"""The broker's tool sources, listed once and in one order: the scratch workspace, the kernel bridge,
+the MCP registry. Each implements :class:`~relay_jupyter.core.tooling.ToolSource` itself.
+
+Everything that offers or looks up a tool uses :func:`tool_sources` through a
+:class:`~relay_jupyter.runtime.tools.ToolIndex` (the first source to offer a name owns it): the
+tools a run offers the model and the lookup of each of its calls (the run manager's
+:class:`ToolSources`), ``tools.list`` and ``tools.call`` (``broker/tools_methods.py``). So a name
+offered by two sources resolves to the same source on every path. A new kind of tool source is
+added here, and only here; a source built at run time (tools written as Python functions, an
+embedding application's own) is added with :func:`add_tool_source` and comes after the built-in ones.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
+from ..core.tooling import Preflight, ToolContext, ToolResult, ToolSource
 from ..core.types import ToolSpec
-from ..runtime.tools import (
-    KernelToolsProvider,
-    McpToolsProvider,
-    Preflight,
-    ToolContext,
-    ToolResult,
-    WorkspaceToolsProvider,
-)
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["BrokerTools"]
+__all__ = ["BrokerTools", "ToolSources", "add_tool_source", "tool_sources"]
+
+# per broker, the sources added with add_tool_source (kept beside the broker, not on it: the broker's
+# slots are the built-in components)
+_added: weakref.WeakKeyDictionary[Any, list[ToolSource]] = weakref.WeakKeyDictionary()
 
 
-class BrokerTools:
-    """One tool provider over the broker's tool slots (workspace, kernel bridge, MCP), read at each
-    run start so a component wired after the runtime is still offered."""
+def tool_sources(broker: Broker) -> list[ToolSource]:
+    """The wired tool sources of ``broker``, in the one order: workspace, kernel bridge, MCP, then the
+    sources added with :func:`add_tool_source` in the order they were added."""
+    out: list[ToolSource] = []
+    if broker.workspace_tools is not None:
+        out.append(broker.workspace_tools)
+    out.append(broker.kernel_bridge)
+    if broker.mcp is not None:
+        out.append(broker.mcp)
+    out.extend(_added.get(broker, ()))
+    return out
+
+
+def add_tool_source(broker: Broker, source: ToolSource) -> None:
+    """Offer ``source``'s tools from the next run start and ``tools.call`` on, gated like every other
+    tool. It comes after the built-in sources: a name one of them already offers stays theirs.
+
+    Raises:
+        TypeError: ``source`` does not implement :class:`~relay_jupyter.core.tooling.ToolSource`.
+    """
+    if not isinstance(source, ToolSource):
+        raise TypeError(f"{type(source).__name__} is not a ToolSource (tool_specs, tool_current, "
+                        "tool_preflight, tool_call)")
+    _added.setdefault(broker, []).append(source)
+
+
+class ToolSources(Sequence[ToolSource]):
+    """:func:`tool_sources` as a live sequence, read each time it is iterated: the run manager holds it,
+    so a component wired after the runtime (the MCP registry once it has connected) is still offered
+    from the next run start or ``tools.call`` on."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._owner: dict[str, Any] = {}
 
-    def _providers(self) -> list[Any]:
-        b = self._broker
-        out: list[Any] = []
-        if b.workspace_tools is not None:
-            out.append(WorkspaceToolsProvider(b.workspace_tools))
-        out.append(KernelToolsProvider(b.kernel_bridge))
-        if b.mcp is not None:
-            out.append(McpToolsProvider(b.mcp))
-        return out
+    def __iter__(self) -> Iterator[ToolSource]:
+        return iter(tool_sources(self._broker))
 
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """Every tool of every wired source (first source wins a name)."""
-        specs: list[ToolSpec] = []
-        owner: dict[str, Any] = {}
-        for provider in self._providers():
-            for spec in provider.specs(ctx):
-                if spec.name not in owner:
-                    owner[spec.name] = provider
-                    specs.append(spec)
-        # adapters are stateless wrappers over the broker's slots: a newer mapping is always valid
-        self._owner.update(owner)
-        return specs
+    def __len__(self) -> int:
+        return len(tool_sources(self._broker))
 
-    async def current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
-        """The tool as its source describes it now (the MCP registry re-lists its server): the
-        executor compares it with the spec the run was offered before every call."""
-        provider = self._owner.get(name)
-        if provider is None:
+    @overload
+    def __getitem__(self, index: int) -> ToolSource: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ToolSource]: ...
+
+    def __getitem__(self, index: int | slice) -> ToolSource | Sequence[ToolSource]:
+        return tool_sources(self._broker)[index]
+
+
+class BrokerTools:
+    """Transitional: one ToolSource over :func:`tool_sources` for callers that still pass
+    ``[BrokerTools(broker)]`` to the run manager (``install_runtime`` now hands it :class:`ToolSources`).
+    Resolves names exactly as :class:`~relay_jupyter.runtime.tools.ToolIndex` does (first source wins)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def _owner(self, ctx: ToolContext, name: str) -> ToolSource:
+        from ..runtime.tools import ToolIndex
+
+        found = ToolIndex(tool_sources(self._broker), ctx).get(name)
+        if found is None:
+            raise KeyError(name)
+        return found[0]
+
+    def tool_specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+        from ..runtime.tools import ToolIndex
+
+        return ToolIndex(tool_sources(self._broker), ctx).specs()
+
+    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        try:
+            owner = self._owner(ctx, name)
+        except KeyError:
             return None
-        current = getattr(provider, "current", None)
-        if current is not None:
-            return await current(ctx, name)
-        return next((s for s in provider.specs(ctx) if s.name == name), None)
+        return await owner.tool_current(ctx, name)
 
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """Delegate to the tool's source."""
-        return await self._owner[name].preflight(ctx, name, args)
+    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        return await self._owner(ctx, name).tool_preflight(ctx, name, args)
 
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
-        """Delegate to the tool's source."""
-        return await self._owner[name].call(ctx, name, args, approved_preview)
+    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                        approved_preview: dict[str, Any]) -> ToolResult:
+        return await self._owner(ctx, name).tool_call(ctx, name, args, approved_preview)

@@ -1,21 +1,25 @@
-"""``tools.list`` and ``tools.call``: a client-initiated tool call (the page-initiated call of seed 000).
+"""``tools.list`` and ``tools.call``: the tools a caller can use, and a client-initiated call (the
+page-initiated call of seed 000).
 
-``tools.call`` goes through the SAME gate as a model-proposed call (``Gate.call_tool``: grant,
-allowlist, rate, class, consent) with the caller as originator, after the same argument checks
-(size cap, JSON Schema). :func:`execute_client_call` is deliberately thin: when the runtime wires
-``broker.client_tools`` (its executor's client-call entry), ``tools.call`` goes there instead.
+Both use the broker's one list of tool sources (``broker/tool_sources.py``) through a
+:class:`~relay_jupyter.runtime.tools.ToolIndex`, as runs do, so a name two sources offer resolves to
+the same source everywhere. ``tools.call`` goes through the ONE executor (``runtime/executor.py``):
+size bound, the tool re-read from its source, JSON Schema, preflight, gate (grant, allowlist,
+budget, class), consent from the caller (the originator), execute, audit; MCP calls bound to the
+approved digest and annotations. With the agent runtime installed its run manager's executor serves
+the call; without it (a broker with no runtime: tests, embedding) an executor is built over the
+broker's own gate, store, events and consent router — never a second pipeline.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import secrets
+import weakref
 from typing import TYPE_CHECKING, Any
 
-from ..core.caller import Caller, CallerKind
-from ..core.errors import Code, Refusal, RoutingRefusal
-from ..core.types import PermissionMode, ToolClass, ToolRequest, ToolSpec, stricter
+from ..core.caller import Caller
+from ..core.tooling import ToolContext, ToolResult
+from ..core.types import ToolSpec
 from ..protocol.models_control import (
     ToolInfo,
     ToolsCallParams,
@@ -24,110 +28,58 @@ from ..protocol.models_control import (
     ToolsListResult,
 )
 from ..protocol.names import Method
-from ..runtime.tools import is_daemon_kernel_client
+from ..runtime.executor import Executor, refusal_of
+from ..runtime.tools import ToolIndex
 from .conversation_keys import conversation_key
 from .registry import method
+from .tool_sources import tool_sources
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["MAX_ARGUMENT_BYTES", "available_tools", "execute_client_call"]
-
-#: Largest serialised arguments object accepted for a tool call.
-MAX_ARGUMENT_BYTES = 256 * 1024
+__all__ = ["available_tools", "call_tool", "client_context"]
 
 
-def _specs_of(source: Any) -> list[ToolSpec]:
-    specs = source.specs()
-    return list(specs)
+def client_context(caller: Caller, origin: str, conversation: str = "") -> ToolContext:
+    """The context of a client-initiated call: the caller is the originator (only it answers the card),
+    ``conversation`` is the client's name, keyed by origin here."""
+    return ToolContext(origin=origin, conversation=conversation_key(origin, conversation) if conversation else "",
+                       originator=caller.client_id, caller_kind=caller.kind.value, user=caller.user)
 
 
-def available_tools(broker: Broker, caller: Caller) -> list[tuple[str, ToolSpec]]:
-    """(provider, spec) of every tool the broker can run for ``caller``: kernel tools only for a kernel
-    caller (they run in that kernel), workspace and MCP tools when those are wired."""
-    out: list[tuple[str, ToolSpec]] = []
-    if caller.kind is CallerKind.KERNEL or (caller.kind is CallerKind.DAEMON
-                                           and is_daemon_kernel_client(caller.client_id)):
-        out += [("kernel", s) for s in broker.kernel_bridge.specs()]
-    if broker.workspace_tools is not None:
-        out += [("workspace", s) for s in _specs_of(broker.workspace_tools)]
-    if broker.mcp is not None:
-        out += [("mcp", s) for s in _specs_of(broker.mcp)]
-    return out
+def available_tools(broker: Broker, caller: Caller, origin: str | None = None) -> list[ToolSpec]:
+    """Every tool the broker can run for ``caller`` (for ``origin``, default the caller's): the same
+    sources, order and name resolution as a run (kernel tools only for a kernel caller)."""
+    ctx = client_context(caller, origin if origin is not None else (caller.origin or ""))
+    return ToolIndex(tool_sources(broker), ctx).specs()
 
 
-
-def _jsonschema() -> Any:
-    """``jsonschema``, imported on first use: its import costs seconds on a loaded machine (it pulls
-    ``rfc3987_syntax``, which builds a grammar), and the daemon, the CLI and broker start should not pay it."""
-    import jsonschema
-    import jsonschema.exceptions
-    import jsonschema.validators
-
-    return jsonschema
-
-def _check_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> None:
-    size = len(json.dumps(arguments, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > MAX_ARGUMENT_BYTES:
-        raise Refusal(Code.ARGUMENTS_TOO_LARGE, f"arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
-    jsonschema = _jsonschema()
-    try:
-        jsonschema.validate(arguments, spec.input_schema, cls=jsonschema.Draft202012Validator)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise Refusal(Code.INVALID_ARGUMENTS, f"arguments of {spec.name} are invalid at {where}: "
-                      f"{exc.message[:200]}") from None
-    except jsonschema.SchemaError:
-        raise Refusal(Code.INVALID_ARGUMENTS, f"the tool {spec.name} has an invalid input schema") from None
+_standalone: weakref.WeakKeyDictionary[Any, Executor] = weakref.WeakKeyDictionary()
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
+def _executor(broker: Broker) -> Executor:
+    """The executor of a broker with no runtime, over the broker's gate, store (journal: unused by a
+    call without a run), events and consent router (ask mode: the caller answers)."""
+    executor = _standalone.get(broker)
+    if executor is None:
+        def emit(type: str, data: dict[str, Any], ctx: ToolContext) -> None:
+            broker.events.append(type, {"run_id": ctx.run_id, **data}, origin=ctx.origin, run_id=ctx.run_id)
+
+        executor = Executor(broker.gate, broker.store, emit, lambda _ctx: broker.permissions)
+        _standalone[broker] = executor
+    return executor
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict) and "content" in value:
-        return {"content": value["content"], "is_error": bool(value.get("is_error", False))}
-    if hasattr(value, "content") and hasattr(value, "is_error"):
-        return {"content": value.content, "is_error": bool(value.is_error)}
-    return {"content": value, "is_error": False}
-
-
-async def execute_client_call(broker: Broker, caller: Caller, origin: str, conversation: str, tool: str,
-                              arguments: dict[str, Any]) -> dict[str, Any]:
-    """Gate and run one client-initiated call; returns ``{content, is_error}``.
-
-    Raises:
-        Refusal: UNKNOWN_TOOL, ARGUMENTS_TOO_LARGE, INVALID_ARGUMENTS, and every gate refusal.
-    """
-    found = next(((p, s) for p, s in available_tools(broker, caller) if s.name == tool), None)
-    if found is None:
-        raise RoutingRefusal(Code.UNKNOWN_TOOL, f"no tool named {tool!r} is available here")
-    provider, spec = found
-    _check_arguments(spec, arguments)
-    reasons: tuple[str, ...] = ()
-    preview: dict[str, Any] = {}
-    if provider == "workspace" and hasattr(broker.workspace_tools, "preflight"):
-        found_reasons, preview = await broker.workspace_tools.preflight(conversation, tool, arguments,
-                                                                        origin=origin)
-        reasons = tuple(found_reasons)
-        preview = dict(preview)
-        cls = preview.pop("tool_class", None)  # a pull outside the read roots is write for this call
-        if cls:
-            spec = spec.model_copy(update={"tool_class": stricter(spec.tool_class, ToolClass(cls))})
-    req = ToolRequest(origin=origin, tool=spec, arguments=arguments, call_id=f"cc_{secrets.token_hex(8)}",
-                      conversation=conversation, originator=caller.client_id, mode=PermissionMode.ASK,
-                      reasons=reasons, preview=preview)
-
-    async def execute() -> dict[str, Any]:
-        if provider == "kernel":
-            return await broker.kernel_bridge.call(origin, caller.client_id, tool, arguments)
-        if provider == "workspace":
-            return _as_dict(await broker.workspace_tools.call(conversation, tool, arguments, origin=origin,
-                                                              approved_preview=preview))
-        return _as_dict(await _maybe_await(broker.mcp.call(tool, arguments)))
-
-    return await broker.gate.call_tool(req, execute, broker.permissions)
+async def call_tool(broker: Broker, caller: Caller, origin: str, conversation: str, tool: str,
+                    arguments: Any) -> ToolResult:
+    """Run one client-initiated call through the one executor; always returns a result (a refusal
+    is a result with its ``code``)."""
+    ctx = client_context(caller, origin, conversation)
+    runs = broker.runs
+    if runs is not None:
+        return await runs.execute_client_call(ctx, tool, arguments)
+    return await _executor(broker).execute_client_call(ctx, ToolIndex(tool_sources(broker), ctx), tool, arguments,
+                                                       "client_" + secrets.token_hex(8))
 
 
 @method(Method.TOOLS_LIST, ToolsListParams, ToolsListResult,
@@ -140,24 +92,20 @@ async def tools_list(broker: Broker, caller: Caller, params: ToolsListParams) ->
     tools = [
         ToolInfo(name=s.name, tool_class=s.tool_class.value, server=s.server, description=s.description,
                  input_schema=s.input_schema, allowed=grant is not None and grant.allows_tool(s.name))
-        for _, s in available_tools(broker, caller)
+        for s in available_tools(broker, caller, origin)
     ]
     return ToolsListResult(tools=tools)
 
 
 @method(Method.TOOLS_CALL, ToolsCallParams, ToolsCallResult,
-        doc="Call one tool directly (no model). Same gate as a model-proposed call: grant, allowlist, "
-            "budget, class, consent from the caller (the originator).")
+        doc="Call one tool directly (no model). Same executor and gate as a model-proposed call: grant, "
+            "allowlist, budget, class, consent from the caller (the originator).")
 async def tools_call(broker: Broker, caller: Caller, params: ToolsCallParams) -> ToolsCallResult:
     from .broker import target_origin
 
     origin = target_origin(caller, params.origin)
-    client_tools = getattr(broker, "client_tools", None)
-    if client_tools is not None:
-        value = await client_tools(caller, origin, params.conversation, params.tool, params.arguments)
-    else:
-        value = await execute_client_call(broker, caller, origin, conversation_key(origin, params.conversation),
-                                          params.tool, params.arguments)
-    result = _as_dict(value)
-    return ToolsCallResult(content=result["content"], is_error=result["is_error"])
-
+    result = await call_tool(broker, caller, origin, params.conversation, params.tool, params.arguments)
+    refusal = refusal_of(result)
+    if refusal is not None:  # refused (before or at the call): a clear RPC error for a direct call
+        raise refusal
+    return ToolsCallResult(content=result.content, is_error=result.is_error)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ..protocol.kernel_tools import KERNEL_TOOL_NAMES
+
 __all__ = ["MAX_RESULT_CHARS", "KernelTools", "summarize"]
 
 MAX_RESULT_CHARS = 16_000
@@ -53,7 +55,7 @@ def summarize(name: str, value: Any, limit: int = 4000) -> str:
 class KernelTools:
     """The four kernel tools over one IPython shell."""
 
-    NAMES = ("list_variables", "describe_dataframe", "propose_cell", "run_code")
+    NAMES = KERNEL_TOOL_NAMES  # the one list, shared with the broker (protocol/kernel_tools.py)
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell

@@ -12,6 +12,11 @@ next call to one of its tools. A server that hangs, dies or floods during a call
 the call fails with :class:`McpToolError` (no retry) and the next call starts it again. If the
 server's tool changed meanwhile (a new digest), that call is refused with ``DIGEST_MISMATCH``:
 the consent given was for the old tool.
+
+The registry is a :class:`~relay_jupyter.core.tooling.ToolSource` (its ``tool_*`` methods): the
+executor re-lists the tool before every call (:meth:`McpRegistry.tool_current`), binds the consent to
+its digest and annotations (:meth:`McpRegistry.tool_preflight`) and has :meth:`McpRegistry.call`
+re-check both at the call.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from typing import Any, Self
 
 from ..core.classify import classify
 from ..core.errors import Code, RoutingRefusal
+from ..core.tooling import Preflight, ToolContext, ToolResult, as_result
 from ..core.types import ToolClass, ToolSpec
 from .config import McpConfig, ServerConfig, StdioServerConfig
 from .connection import McpConnection, McpToolError
 from .discovery import DEFAULT_MAX_OUTPUT_BYTES, DiscoveredTool, convert_tools, split_name
+from .elicitation import call_context
 from .pins import PinBook, PinStore
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -264,6 +271,33 @@ class McpRegistry:
         if found is None:
             raise RoutingRefusal(Code.UNKNOWN_TOOL, f"no connected MCP server offers a tool named {name!r}")
         return found[1]
+
+    # -- ToolSource (core/tooling.py) ------------------------------------------------------
+
+    def tool_specs(self, ctx: ToolContext) -> list[ToolSpec]:
+        """:meth:`specs` (MCP tools are the user's, offered to every caller the grant allows)."""
+        return self.specs()
+
+    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """:meth:`current`: the server is re-listed before every call (with or without
+        ``tools/list_changed``, after a restart too)."""
+        return await self.current(name)
+
+    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """Record the digest and annotations of the tool as it is now: the consent is for exactly this
+        tool, and :meth:`tool_call` refuses (``DIGEST_MISMATCH``) if the server changed it while the
+        card was open."""
+        spec = self.spec(name)
+        return Preflight(preview={"tool_digest": spec.digest, "tool_hints": dict(spec.hints)}
+                         if spec is not None else {})
+
+    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                        approved_preview: dict[str, Any]) -> ToolResult:
+        """:meth:`call`, bound to the approved digest and annotations (timeouts and output caps are
+        the connection's)."""
+        with call_context(ctx):  # a server's question during this call goes to ctx's notebook (elicitation)
+            return as_result(await self.call(name, args, expected_digest=approved_preview.get("tool_digest"),
+                                             expected_hints=approved_preview.get("tool_hints")))
 
     # -- calls -----------------------------------------------------------------------------
 

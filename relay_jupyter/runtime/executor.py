@@ -1,18 +1,22 @@
-"""The tool executor: one call through the fixed order of DESIGN.md §2 / issue 4.
+"""The tool executor: the one pipeline of every tool call, model-proposed (:meth:`Executor.run_call`)
+or client-initiated (``tools.call``, :meth:`Executor.execute_client_call`), in a fixed order:
 
-1. argument size cap (256 KiB of JSON, object root)
+1. argument size cap (:data:`~relay_jupyter.core.tooling.MAX_ARGUMENT_BYTES` of JSON, object root)
 2. JSON Schema validation against the tool's schema (``jsonschema``; a broken schema refuses)
 0. the tool as its source describes it *now* (an MCP server is re-listed): if it differs from the
    spec the run was offered, or last asked about (:func:`~relay_jupyter.runtime.tools.tool_identity`: description,
    schema, source, annotations), the call is a ``write`` whose card says the tool changed (old,
    new, diff), no pin, run allow or saved trust applies, and the run offers the new spec from its
    next step on
-3. preflight (the provider's local checks; card reasons and preview)
+3. preflight (the source's local checks; card reasons and preview)
 4. gate (grant, allowlist, budget, class) — and 5. consent, inside the gate, for writes
-6. execute, with a journal intent record before and an outcome record after
+6. execute, with a journal intent record before and an outcome record after (MCP: the approved
+   digest and annotations are re-checked by the registry at the call, ``DIGEST_MISMATCH``)
 7. audit (the gate writes the audit record of every decision and execution)
 
-Every path ends in a :class:`~relay_jupyter.runtime.tools.ToolResult`: a refusal is a result the
+Sources are :class:`~relay_jupyter.core.tooling.ToolSource` objects looked up in a
+:class:`~relay_jupyter.runtime.tools.ToolIndex` (first source wins a name); the broker's list is
+``broker/tool_sources.py``. Every path ends in a :class:`~relay_jupyter.core.tooling.ToolResult`: a refusal is a result the
 model reads (``is_error`` with the refusal code), never an exception that would leave the call
 unanswered. Only cancellation propagates, after the journal has recorded it.
 """
@@ -20,7 +24,6 @@ unanswered. Only cancellation propagates, after the journal has recorded it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import time
 from collections.abc import Callable
@@ -29,19 +32,12 @@ from typing import Any
 from ..backends.base import ToolCallDone
 from ..core.errors import Code, GateRefusal, Refusal
 from ..core.redact import redact
+from ..core.tooling import MAX_ARGUMENT_BYTES, ToolContext, ToolResult, ToolSource, as_result
 from ..core.types import ToolClass, ToolRequest, ToolSpec, stricter
 from ..protocol.names import EventType
-from .tools import (
-    MAX_ARGUMENT_BYTES,
-    ToolContext,
-    ToolIndex,
-    ToolResult,
-    as_result,
-    tool_change,
-    tool_identity,
-)
+from .tools import ToolIndex, tool_change, tool_identity
 
-__all__ = ["MAX_ARGUMENT_BYTES", "MAX_RESULT_CHARS", "Executor", "Emit", "refused"]
+__all__ = ["MAX_ARGUMENT_BYTES", "MAX_RESULT_CHARS", "Executor", "Emit", "refusal_of", "refused"]
 
 #: Largest tool result kept (stored and sent); longer output is cut with a marker.
 MAX_RESULT_CHARS = 512 * 1024
@@ -68,19 +64,23 @@ CHANGED_REASON = ("this tool changed since the run was offered it (description, 
                   "it is asked about as a write, and its pin, run allow and saved trust no longer apply")
 
 
-async def _current_spec(ctx: ToolContext, provider: Any, name: str) -> ToolSpec | None:
-    """The tool ``name`` as ``provider`` describes it now (``current()`` when it has one)."""
-    current = getattr(provider, "current", None)
-    if current is not None:
-        value = current(ctx, name)
-        return await value if inspect.isawaitable(value) else value
-    return next((s for s in provider.specs(ctx) if s.name == name), None)
-
-
-def refused(code: Code | str, message: str) -> ToolResult:
-    """The result the model sees for a call that was not run."""
+def refused(code: Code | str, message: str, data: dict[str, Any] | None = None) -> ToolResult:
+    """The result the model sees for a call that was not run. ``data`` keeps the plain message and
+    the refusal's error data, so ``tools.call`` answers with the same JSON-RPC error a direct
+    refusal would give (:func:`refusal_of`)."""
     code = Code(code)
-    return ToolResult(f"refused ({code.value}): {message}", is_error=True, code=code.value)
+    return ToolResult(f"refused ({code.value}): {message}", is_error=True, code=code.value,
+                      data={"message": message, "error_data": dict(data or {})})
+
+
+def refusal_of(result: ToolResult) -> Refusal | None:
+    """The :class:`Refusal` a refused result stands for (None for a result that ran): how a client
+    call (``tools.call``) reports a refusal — an RPC error with its code, message and data."""
+    if result.code is None:
+        return None
+    message = result.data.get("message", result.content)
+    return Refusal(result.code, message if isinstance(message, str) else result.content,
+                   data=dict(result.data.get("error_data") or {}))
 
 
 class _Validators:
@@ -147,13 +147,13 @@ class Executor:
                                 f"arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}")
         return await self._checked(ctx, found, call_id, arguments, index)
 
-    async def _checked(self, ctx: ToolContext, found: tuple[Any, ToolSpec], call_id: str,
+    async def _checked(self, ctx: ToolContext, found: tuple[ToolSource, ToolSpec], call_id: str,
                        args: dict[str, Any], index: ToolIndex | None = None) -> ToolResult:
-        provider, offered = found
+        source, offered = found
         try:
-            now = await _current_spec(ctx, provider, offered.name)
+            now = await source.tool_current(ctx, offered.name)
         except Refusal as exc:  # e.g. the MCP server cannot be reached to re-list it
-            return self._refuse(ctx, call_id, exc.code, exc.message)
+            return self._refuse(ctx, call_id, exc.code, exc.message, exc.data)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a source that cannot say what the tool is now refuses the call
@@ -191,12 +191,12 @@ class Executor:
                                              "tool_class": spec.tool_class.value,
                                              **({"tool_changed": True} if changed is not None else {})}, ctx)
         try:
-            pre = await provider.preflight(ctx, spec.name, args)
+            pre = await source.tool_preflight(ctx, spec.name, args)
         except Refusal as exc:
-            return self._refuse(ctx, call_id, exc.code, exc.message)
+            return self._refuse(ctx, call_id, exc.code, exc.message, exc.data)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a broken provider refuses its own call, never the run
+        except Exception as exc:  # a broken source refuses its own call, never the run
             return self._refuse(ctx, call_id, Code.TOOL_ERROR, f"preflight failed ({type(exc).__name__})")
         if pre.tool_class is not None:
             # per-call class: only ever stricter than the spec's (core/types.stricter)
@@ -218,21 +218,21 @@ class Executor:
             if changed is not None and index is not None:
                 index.acknowledge(spec.name, now)  # allowed as changed: later calls compare with it
             self.emit(EventType.TOOL_DECIDED, {"call_id": call_id, "decision": "allow"}, ctx)
-            return await self._execute(ctx, provider, spec, call_id, args, pre.preview)
+            return await self._execute(ctx, source, spec, call_id, args, pre.preview)
 
         try:
             value = await self.gate.call_tool(request, execute, self.consent_for(ctx))
         except GateRefusal as exc:
             if changed is not None and index is not None and exc.code in _ASKED:
                 index.acknowledge(spec.name, now)  # the person saw this change (and said no)
-            return self._refuse(ctx, call_id, exc.code, exc.message)
+            return self._refuse(ctx, call_id, exc.code, exc.message, exc.data)
         except Refusal as exc:
             if decision.get("allowed"):
-                return self._finished(ctx, call_id, refused(exc.code, exc.message), 0.0)
-            return self._refuse(ctx, call_id, exc.code, exc.message)
+                return self._finished(ctx, call_id, refused(exc.code, exc.message, exc.data), 0.0)
+            return self._refuse(ctx, call_id, exc.code, exc.message, exc.data)
         return as_result(value) if not isinstance(value, ToolResult) else value
 
-    async def _execute(self, ctx: ToolContext, provider: Any, spec: ToolSpec, call_id: str,
+    async def _execute(self, ctx: ToolContext, source: ToolSource, spec: ToolSpec, call_id: str,
                        args: dict[str, Any], preview: dict[str, Any]) -> ToolResult:
         run_id = ctx.run_id
         if run_id is not None:
@@ -240,7 +240,7 @@ class Executor:
         self.emit(EventType.TOOL_STARTED, {"call_id": call_id, "tool": spec.name}, ctx)
         started = self.clock()
         try:
-            result = await provider.call(ctx, spec.name, args, preview)
+            result = await source.tool_call(ctx, spec.name, args, preview)
             result = _capped(as_result(result))
         except asyncio.CancelledError:
             if run_id is not None:
@@ -249,7 +249,7 @@ class Executor:
                                                 "duration_ms": (self.clock() - started) * 1000}, ctx)
             raise
         except Refusal as exc:  # e.g. a digest changed between consent and execution
-            result = refused(exc.code, exc.message)
+            result = refused(exc.code, exc.message, exc.data)
         except Exception as exc:
             result = ToolResult(f"the tool failed: {type(exc).__name__}: {str(exc)[:500]}", is_error=True,
                                 code=Code.TOOL_ERROR.value)
@@ -264,8 +264,9 @@ class Executor:
                                             **({"code": result.code} if result.code else {})}, ctx)
         return result
 
-    def _refuse(self, ctx: ToolContext, call_id: str, code: Code | str, message: str) -> ToolResult:
-        result = refused(code, message)
+    def _refuse(self, ctx: ToolContext, call_id: str, code: Code | str, message: str,
+                data: dict[str, Any] | None = None) -> ToolResult:
+        result = refused(code, message, data)
         self.emit(EventType.TOOL_DECIDED, {"call_id": call_id, "decision": "deny", "code": result.code,
                                            "message": message[:500]}, ctx)
         return result

@@ -1,10 +1,11 @@
-"""Tool sources for the runtime: the :class:`ToolProvider` protocol, the adapters of the broker's
-tool sources (scratch workspace, kernel bridge, MCP registry), and :class:`LocalTools` for tools
-written as Python functions (tests, embedding).
+"""Tools in the runtime: the identity of a tool (:func:`tool_identity`, :func:`tool_change`), the
+index of one run's tools (:class:`ToolIndex`: the first source to offer a name owns it), and
+:class:`LocalTools` for tools written as Python functions (tests, embedding).
 
-A provider describes its tools (:class:`~relay_jupyter.core.types.ToolSpec`: name, schema,
-safety class, parallel safety) and runs them; it never decides whether a call may run — the
-executor and the gate do. Tool *failures* are results (``is_error=True``), not exceptions.
+The seam itself — :class:`~relay_jupyter.core.tooling.ToolSource`, ``ToolContext``, ``Preflight``,
+``ToolResult``, the argument bound — is ``core/tooling.py`` (re-exported here): the scratch workspace,
+the kernel bridge and the MCP registry implement it themselves; which of them the broker offers, in
+which order, is ``broker/tool_sources.py``.
 """
 
 from __future__ import annotations
@@ -15,33 +16,39 @@ import inspect
 import json
 import shlex
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..core.redact import mask_argv, mask_secret_text
-from ..core.types import PermissionMode, ToolClass, ToolSpec, canonical_json
+from ..core.tooling import (
+    DAEMON_KERNEL_CLIENT,
+    MAX_ARGUMENT_BYTES,
+    Preflight,
+    ToolContext,
+    ToolResult,
+    ToolSource,
+    as_result,
+    is_daemon_kernel_client,
+)
+from ..core.types import ToolSpec, canonical_json
+
+#: Transitional name of :class:`~relay_jupyter.core.tooling.ToolSource` (the runtime's old protocol).
+ToolProvider = ToolSource
 
 __all__ = [
     "DAEMON_KERNEL_CLIENT",
     "MAX_ARGUMENT_BYTES",
-    "KernelToolsProvider",
     "LocalTools",
-    "McpToolsProvider",
     "Preflight",
     "ToolContext",
     "ToolIndex",
-    "ToolProvider",
     "ToolResult",
-    "WorkspaceToolsProvider",
+    "ToolSource",
     "as_result",
     "is_daemon_kernel_client",
     "tool_change",
     "tool_identity",
 ]
 
-
-#: Largest accepted argument object of a tool call, as JSON bytes (object root).
-MAX_ARGUMENT_BYTES = 256 * 1024
 
 #: Longest unified diff of a changed tool put on its consent card (characters).
 MAX_TOOL_DIFF_CHARS = 16_000
@@ -84,87 +91,6 @@ def tool_change(old: ToolSpec, new: ToolSpec) -> dict[str, Any]:
     return {"old": a, "new": b, "diff": diff}
 
 
-@dataclass(frozen=True)
-class ToolContext:
-    """Who a call is for. Built by the broker from the authenticated caller, never from the model."""
-
-    origin: str
-    conversation: str
-    originator: str | None = None
-    """Client id that started the run; only it may answer the run's consent requests."""
-    run_id: str | None = None
-    mode: PermissionMode = PermissionMode.ASK
-    user: str | None = None
-    caller_kind: str | None = None
-    """``kernel`` | ``browser`` | ``daemon``: kernel tools are offered only to runs a kernel started."""
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """What a provider found out before the gate: card lines, card data, and a parallel override."""
-
-    reasons: tuple[str, ...] = ()
-    preview: dict[str, Any] = field(default_factory=dict)
-    parallel_safe: bool | None = None
-    """None keeps the spec's value; False makes this call (and so its turn) sequential. A provider
-    may only narrow: True never makes a non-parallel tool parallel."""
-    tool_class: ToolClass | None = None
-    """None keeps the spec's class; otherwise the class of *this call*, which the executor combines
-    with the spec's by :func:`~relay_jupyter.core.types.stricter` (a provider can only make a
-    call stricter: a pull from outside the read roots, a tool that changed since the run was
-    offered it, become ``write``)."""
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What a call produced (or why it did not run): text for the model plus an error flag."""
-
-    content: str
-    is_error: bool = False
-    code: str | None = None
-    """Refusal code when the call was refused before running (``CONSENT_DENIED``, ``INVALID_ARGUMENTS``…)."""
-    data: dict[str, Any] = field(default_factory=dict)
-    """Structured extras for clients (a diff, a checkpoint id); not sent to the model."""
-
-
-def as_result(value: Any) -> ToolResult:
-    """Normalize what a tool returned: a ToolResult, an object with ``content``/``is_error``, a dict
-    with those keys, a str, or any JSON value."""
-    if isinstance(value, ToolResult):
-        return value
-    if isinstance(value, str):
-        return ToolResult(value)
-    if isinstance(value, dict) and "content" in value:
-        content = value["content"]
-        extra = {k: v for k, v in value.items() if k not in ("content", "is_error")}
-        return ToolResult(content if isinstance(content, str) else json.dumps(content, default=str),
-                          bool(value.get("is_error")), data=extra)
-    if hasattr(value, "content") and hasattr(value, "is_error"):
-        content = value.content
-        return ToolResult(content if isinstance(content, str) else json.dumps(content, default=str),
-                          bool(value.is_error))
-    return ToolResult(json.dumps(value, default=str))
-
-
-@runtime_checkable
-class ToolProvider(Protocol):
-    """A source of tools."""
-
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """The tools this provider offers to ``ctx`` right now."""
-
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """Local checks before the gate. Raise a ``Refusal`` to refuse the call."""
-
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
-        """Run the call. ``approved_preview`` is the preview the consent was given for."""
-
-    # Optional: ``async def current(ctx, name) -> ToolSpec | None`` — the tool as its source
-    # describes it *now* (the MCP provider re-lists the server). Without it the executor re-reads
-    # ``specs(ctx)``. None means the source no longer offers the tool.
-
-
 Handler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 
 
@@ -185,11 +111,20 @@ class LocalTools:
         self._tools[spec.name] = (spec, fn, preflight)
         return self
 
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
+    def tool_specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
         """Every registered tool."""
         return [spec for spec, _, _ in self._tools.values()]
 
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+    async def current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """The registered spec of ``name`` (override to model a source whose tool changes)."""
+        found = self._tools.get(name)
+        return found[0] if found is not None else None
+
+    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """:meth:`current`."""
+        return await self.current(ctx, name)
+
+    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
         """Run the tool's preflight, if it has one."""
         pre = self._tools[name][2]
         if pre is None:
@@ -199,8 +134,8 @@ class LocalTools:
             value = await value
         return value if isinstance(value, Preflight) else Preflight()
 
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
+    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                        approved_preview: dict[str, Any]) -> ToolResult:
         """Run the tool function."""
         value = self._tools[name][1](args)
         if inspect.isawaitable(value):
@@ -208,134 +143,30 @@ class LocalTools:
         return as_result(value)
 
 
-class WorkspaceToolsProvider:
-    """Adapter for the scratch workspace (``workspace.tools.WorkspaceTools``)."""
-
-    def __init__(self, workspace_tools: Any) -> None:
-        self._ws = workspace_tools
-
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """The workspace's tools (class and parallel safety are the workspace's own)."""
-        return list(self._ws.specs())
-
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """``reasons, preview = await preflight(conversation, tool, args, origin=...)``; a preview key
-        ``tool_class`` (a pull outside the read roots: ``write``) becomes this call's class."""
-        reasons, preview = await self._ws.preflight(ctx.conversation, name, args, origin=ctx.origin)
-        preview = dict(preview or {})
-        cls = preview.pop("tool_class", None)
-        return Preflight(tuple(reasons or ()), preview, tool_class=ToolClass(cls) if cls else None)
-
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
-        """Run a workspace tool; the approval stays bound to the preview (push digests)."""
-        value = await self._ws.call(ctx.conversation, name, args, run_id=ctx.run_id, origin=ctx.origin,
-                                    approved_preview=approved_preview)
-        return as_result(value)
-
-
-#: The client id of a kernel talking to the standalone daemon (``X-Relay-Client: kernel``). A kernel of a
-#: known notebook sends ``kernel:<notebook>`` (client ``daemon:kernel:<notebook>``), so notebooks get
-#: their own origin and grants; both are kernel clients (:func:`is_daemon_kernel_client`).
-DAEMON_KERNEL_CLIENT = "daemon:kernel"
-
-
-def is_daemon_kernel_client(client_id: str | None) -> bool:
-    """True for a kernel attached to the standalone daemon: ``daemon:kernel`` or ``daemon:kernel:<name>``."""
-    return bool(client_id) and (client_id == DAEMON_KERNEL_CLIENT
-                                or str(client_id).startswith(DAEMON_KERNEL_CLIENT + ":"))
-
-
-class KernelToolsProvider:
-    """Adapter for the kernel bridge: tools that run in the originating kernel (variables,
-    DataFrames, run_code). The bridge routes a call to the kernel of ``ctx.origin`` only."""
-
-    def __init__(self, kernel_bridge: Any) -> None:
-        self._bridge = kernel_bridge
-
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """The kernel tools, when a kernel started the run (they run in that kernel): a kernel of the
-        Jupyter server, or a kernel attached to the standalone daemon (client ``daemon:kernel``; every
-        client of a daemon is the same user, so the name routes, it does not authorize)."""
-        if not ctx.originator or not (ctx.caller_kind == "kernel" or (
-                ctx.caller_kind == "daemon" and is_daemon_kernel_client(ctx.originator))):
-            return []
-        return list(self._bridge.specs())
-
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """Kernel tools have no local preflight beyond the schema."""
-        return Preflight()
-
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
-        """Ask the originating kernel to run the tool and wait for its answer."""
-        value = await self._bridge.call(ctx.origin, ctx.originator, name, args, run_id=ctx.run_id)
-        return as_result(value)
-
-
-class McpToolsProvider:
-    """Adapter for the MCP registry (``mcp`` layer): ``specs()`` and ``await call(name, args)``."""
-
-    def __init__(self, registry: Any) -> None:
-        self._registry = registry
-
-    def specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        """Discovered MCP tools, namespaced ``server__tool``, classified by the registry."""
-        return list(self._registry.specs())
-
-    async def current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
-        """The tool as its server lists it now: the registry re-lists the server (reconnecting a
-        server that went away), so a tool changed with or without ``tools/list_changed``, or by a
-        restart, is seen before the call (registries without ``current`` give their cached view)."""
-        current = getattr(self._registry, "current", None)
-        if current is None:
-            return self._registry.spec(name)
-        return await current(name)
-
-    async def preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        """Record the digest and annotations of the tool as it is now: the consent is for exactly this
-        tool, and :meth:`call` refuses (DIGEST_MISMATCH) if the server changed it while the card was open."""
-        spec = self._registry.spec(name)
-        return Preflight(preview={"tool_digest": spec.digest, "tool_hints": dict(spec.hints)}
-                         if spec is not None else {})
-
-    async def call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                   approved_preview: dict[str, Any]) -> ToolResult:
-        """Call the tool on its server (timeouts and output caps are the registry's)."""
-        from ..mcp.elicitation import call_context
-
-        digest = approved_preview.get("tool_digest")
-        hints = approved_preview.get("tool_hints")
-        with call_context(ctx):  # a server's question during this call goes to ctx's notebook (elicitation)
-            if hints is None:
-                return as_result(await self._registry.call(name, args, expected_digest=digest))
-            return as_result(await self._registry.call(name, args, expected_digest=digest, expected_hints=hints))
-
-
 class ToolIndex:
-    """The tools of one run: name -> (provider, spec). The first provider to offer a name owns it;
-    a later provider cannot shadow it (MCP names are already namespaced ``server__tool``)."""
+    """The tools of one run: name -> (source, spec). The first source to offer a name owns it;
+    a later source cannot shadow it (MCP names are already namespaced ``server__tool``)."""
 
-    def __init__(self, providers: Iterable[ToolProvider], ctx: ToolContext,
+    def __init__(self, sources: Iterable[ToolSource], ctx: ToolContext,
                  allowed: Iterable[str] | None = None) -> None:
         allow = None if allowed is None else set(allowed)
-        self._by_name: dict[str, tuple[ToolProvider, ToolSpec]] = {}
+        self._by_name: dict[str, tuple[ToolSource, ToolSpec]] = {}
         self._baseline: dict[str, ToolSpec] = {}
-        for provider in providers:
-            for spec in provider.specs(ctx):
+        for source in sources:
+            for spec in source.tool_specs(ctx):
                 if spec.name in self._by_name:
                     continue
                 if allow is not None and spec.name not in allow:
                     continue
-                self._by_name[spec.name] = (provider, spec)
+                self._by_name[spec.name] = (source, spec)
 
-    def get(self, name: str) -> tuple[ToolProvider, ToolSpec] | None:
-        """Provider and spec of ``name``, or None."""
+    def get(self, name: str) -> tuple[ToolSource, ToolSpec] | None:
+        """Source and spec of ``name``, or None."""
         return self._by_name.get(name)
 
     def replace(self, name: str, spec: ToolSpec) -> None:
         """Offer ``spec`` for ``name`` from the next step on (its source changed it mid-run). Only a
-        name the run already has, from the same provider: a change never adds a tool to a run."""
+        name the run already has, from the same source: a change never adds a tool to a run."""
         found = self._by_name.get(name)
         if found is not None and spec.name == name:
             self._baseline.setdefault(name, found[1])
@@ -358,5 +189,5 @@ class ToolIndex:
         self._baseline.pop(name, None)
 
     def specs(self) -> list[ToolSpec]:
-        """Every tool of the run, in provider order."""
+        """Every tool of the run, in source order."""
         return [spec for _, spec in self._by_name.values()]

@@ -1,6 +1,7 @@
 """The scratch tools as the model and ``tools.call`` see them: specs, preflight, call.
 
-One code path serves both callers (the runtime executor and the broker's ``tools.call``):
+:class:`WorkspaceTools` is a :class:`~relay_jupyter.core.tooling.ToolSource` (its ``tool_*``
+methods): the one executor runs model-proposed calls and ``tools.call`` alike through
 ``preflight -> gate -> consent -> call``. Refusals are raised as ``WorkspaceRefusal`` (the
 executor turns them into an error result carrying the code).
 
@@ -14,8 +15,8 @@ when approved.
 
 Reads are scoped: a ``scratch_pull`` from under the caller's read roots (``c.RelayApp.read_roots``,
 default the notebook's own directory: :class:`core.protected.ReadRoots`) stays READ; any other pull
-is WRITE *for that call* (the preflight's preview carries :data:`CALL_CLASS_KEY`; the runtime's
-adapter turns it into ``Preflight.tool_class``): it needs a click, and the card names the file and
+is WRITE *for that call* (the preflight's preview carries :data:`CALL_CLASS_KEY`;
+:meth:`WorkspaceTools.tool_preflight` turns it into ``Preflight.tool_class``): it needs a click, and the card names the file and
 says its bytes go to the model provider; the approval is bound to the file's digest. Protected
 targets and credential stores (:mod:`core.protected`) are refused for pull and push alike, even
 with approval.
@@ -38,6 +39,7 @@ from relay_jupyter.core.edit import Edit, apply_edits
 from relay_jupyter.core.errors import Code, WorkspaceRefusal
 from relay_jupyter.core.protected import ProtectedPaths, ReadRoots
 from relay_jupyter.core.redact import mask_secret_lines
+from relay_jupyter.core.tooling import Preflight, ToolContext, ToolResult, as_result
 from relay_jupyter.core.types import ToolClass, ToolSpec
 from relay_jupyter.core.wspaths import MAX_PATH_BYTES, split_relpath
 from relay_jupyter.storage.checkpoints import CheckpointJournal, sha256
@@ -56,8 +58,8 @@ MAX_RESULT_DIFF = 256 * 1024
 MAX_PREVIEW_DIFF_INPUT = 4 * 1024 * 1024
 #: Largest result one call may build in memory (an edit's new file), whatever the quotas say.
 MAX_CALL_BYTES = 64 * 1024 * 1024
-#: Preview key by which a preflight makes one call stricter than its spec (the runtime's adapter
-#: pops it into ``Preflight.tool_class``; never shown as card data).
+#: Preview key by which a preflight makes one call stricter than its spec (``tool_preflight`` pops it
+#: into ``Preflight.tool_class``; never shown as card data).
 CALL_CLASS_KEY = "tool_class"
 _READ_DEFAULT_LINES = 2000
 _READ_MAX_BYTES = 256 * 1024
@@ -104,6 +106,7 @@ _SPECS = (
           ["path", "target"], ToolClass.WRITE, parallel=False),
 )
 TOOL_NAMES = frozenset(s.name for s in _SPECS)
+_BY_NAME = {s.name: s for s in _SPECS}
 
 
 def _text(data: bytes) -> str | None:
@@ -137,6 +140,30 @@ class WorkspaceTools:
     def specs(self) -> list[ToolSpec]:
         """The seven scratch tools."""
         return list(_SPECS)
+
+    # -- ToolSource (core/tooling.py) ------------------------------------------------------
+
+    def tool_specs(self, ctx: ToolContext) -> list[ToolSpec]:
+        """The scratch tools, to every caller (they act on the caller's own conversation)."""
+        return list(_SPECS)
+
+    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
+        """Built-in tools do not change while the broker runs."""
+        return _BY_NAME.get(name)
+
+    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
+        """:meth:`preflight` for ``ctx``'s conversation and origin; the :data:`CALL_CLASS_KEY` entry
+        (a pull outside the read roots: ``write``) becomes this call's class."""
+        reasons, preview = await self.preflight(ctx.conversation, name, args, origin=ctx.origin)
+        preview = dict(preview or {})
+        cls = preview.pop(CALL_CLASS_KEY, None)
+        return Preflight(tuple(reasons or ()), preview, tool_class=ToolClass(cls) if cls else None)
+
+    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
+                        approved_preview: dict[str, Any]) -> ToolResult:
+        """:meth:`call`; the approval stays bound to the preview (push and pull digests)."""
+        return as_result(await self.call(ctx.conversation, name, args, run_id=ctx.run_id, origin=ctx.origin,
+                                         approved_preview=approved_preview))
 
     # -- preflight -------------------------------------------------------------------------
 
