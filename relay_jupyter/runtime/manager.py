@@ -33,7 +33,7 @@ from .engine import EngineRun, RelayLoopEngine, RunEngine
 from .executor import Executor
 from .recovery import recover, stored_messages
 from .review import ReviewConsent
-from .tools import ToolContext, ToolIndex, ToolProvider, ToolResult
+from .tools import ToolContext, ToolIndex, ToolResult, ToolSource
 
 __all__ = ["RunContext", "RunParams", "RuntimeConfig", "RunManager", "SYSTEM_PROMPT"]
 
@@ -122,7 +122,7 @@ class RunManager:
     """Owns every active run of the broker."""
 
     def __init__(self, gate: Any, journal: Store, conversations: ConversationStore, events_sink: Any,
-                 tool_providers: Iterable[ToolProvider] | None, backends: Mapping[str, Backend],
+                 tool_providers: Iterable[ToolSource] | None, backends: Mapping[str, Backend],
                  config: RuntimeConfig | None = None, *, consent: Any = None,
                  engines: Mapping[str, RunEngine] | None = None) -> None:
         """``consent`` is the ask-mode port (the broker's PermissionRouter); without one, ask mode
@@ -131,7 +131,9 @@ class RunManager:
         self.journal = journal
         self.conversations = conversations
         self.events = events_sink
-        self.providers: list[ToolProvider] = list(tool_providers or [])
+        self.providers: Sequence[ToolSource] = list(tool_providers or [])
+        """The tool sources of every run and ``tools.call`` (the broker sets its live list,
+        ``broker/tool_sources.ToolSources``, read at each run start)."""
         self.backends = dict(backends)
         self.engines: dict[str, RunEngine] = {"relay": RelayLoopEngine(self), **(engines or {})}
         self.config = config or RuntimeConfig()
@@ -145,10 +147,6 @@ class RunManager:
         self.executor = Executor(gate, journal, self._emit_for, self._consent_for)
 
     # ---- public API -------------------------------------------------------------------------
-
-    def add_provider(self, provider: ToolProvider) -> None:
-        """Add a tool source (e.g. the MCP registry once it has connected)."""
-        self.providers.append(provider)
 
     def tool_specs(self, ctx: ToolContext) -> list[Any]:
         """Every tool the providers offer to ``ctx``, before the grant filter (a run offers the model
