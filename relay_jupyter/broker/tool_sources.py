@@ -4,7 +4,7 @@ the MCP registry. Each implements :class:`~relay_jupyter.core.tooling.ToolSource
 Everything that offers or looks up a tool uses :func:`tool_sources` through a
 :class:`~relay_jupyter.runtime.tools.ToolIndex` (the first source to offer a name owns it): the
 tools a run offers the model and the lookup of each of its calls (the run manager's
-:class:`ToolSources`), ``tools.list`` and ``tools.call`` (``broker/tools_methods.py``). So a name
+:class:`ToolSources`), ``tools.list`` and ``tools.call`` (``broker/methods/tools.py``). So a name
 offered by two sources resolves to the same source on every path. A new kind of tool source is
 added here, and only here; a source built at run time (tools written as Python functions, an
 embedding application's own) is added with :func:`add_tool_source` and comes after the built-in ones.

@@ -12,15 +12,27 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .. import tools_methods  # tools.*: moves here as methods/tools.py with the tool seam (issue 14.1)
 from .. import runs as _runs_legacy  # run.start: moves to runs.py after the run-engine seam (issue 14.4) lands
-from . import audit, budget, checkpoints, conversations, elicitation, grants, kernel, permissions, runs, trust, workspace
+from . import (
+    audit,
+    budget,
+    checkpoints,
+    conversations,
+    elicitation,
+    grants,
+    kernel,
+    permissions,
+    runs,
+    tools,
+    trust,
+    workspace,
+)
 
 __all__ = ["LEGACY", "MODULES"]
 
 #: The namespace modules, each with ``ACCESS`` and ``rpc``.
 MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, conversations, permissions, kernel, trust, checkpoints,
-                                   workspace, elicitation)
+                                   workspace, elicitation, tools)
 
 #: Modules outside this package that still register methods with the bare ``registry.method``.
-LEGACY: tuple[ModuleType, ...] = (tools_methods, _runs_legacy)
+LEGACY: tuple[ModuleType, ...] = (_runs_legacy,)

@@ -1,5 +1,8 @@
-"""``tools.list`` and ``tools.call``: the tools a caller can use, and a client-initiated call (the
-page-initiated call of seed 000).
+"""``tools.*``: ``tools.list`` and ``tools.call``, the tools a caller can use and a client-initiated call
+(the page-initiated call of seed 000).
+
+Access (:data:`~._access.NOTEBOOK`): a kernel or daemon client acts on its own origin; a browser
+session names the notebook it acts for. Consent for a write is asked of the caller (the originator).
 
 Both use the broker's one list of tool sources (``broker/tool_sources.py``) through a
 :class:`~relay_jupyter.runtime.tools.ToolIndex`, as runs do, so a name two sources offer resolves to
@@ -17,27 +20,30 @@ import secrets
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from ..core.caller import Caller
-from ..core.tooling import ToolContext, ToolResult
-from ..core.types import ToolSpec
-from ..protocol.models_control import (
+from ...core.caller import Caller
+from ...core.tooling import ToolContext, ToolResult
+from ...core.types import ToolSpec
+from ...protocol.models_control import (
     ToolInfo,
     ToolsCallParams,
     ToolsCallResult,
     ToolsListParams,
     ToolsListResult,
 )
-from ..protocol.names import Method
-from ..runtime.executor import Executor, refusal_of
-from ..runtime.tools import ToolIndex
-from .conversation_keys import conversation_key
-from .registry import method
-from .tool_sources import tool_sources
+from ...protocol.names import Method
+from ...runtime.executor import Executor, refusal_of
+from ...runtime.tools import ToolIndex
+from ..conversation_keys import conversation_key
+from ..tool_sources import tool_sources
+from ._access import NOTEBOOK, Namespace, Request
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from ..broker import Broker
 
-__all__ = ["available_tools", "call_tool", "client_context"]
+__all__ = ["ACCESS", "available_tools", "call_tool", "client_context", "rpc"]
+
+ACCESS = NOTEBOOK
+rpc = Namespace(ACCESS, "tools")
 
 
 def client_context(caller: Caller, origin: str, conversation: str = "") -> ToolContext:
@@ -82,29 +88,24 @@ async def call_tool(broker: Broker, caller: Caller, origin: str, conversation: s
                                                        "client_" + secrets.token_hex(8))
 
 
-@method(Method.TOOLS_LIST, ToolsListParams, ToolsListResult,
-        doc="Every tool the broker can run for the caller, with its class and whether the grant allows it.")
-async def tools_list(broker: Broker, caller: Caller, params: ToolsListParams) -> ToolsListResult:
-    from .broker import target_origin
-
-    origin = target_origin(caller, params.origin)
-    grant = broker.grants.get(origin)
+@rpc.method(Method.TOOLS_LIST, ToolsListParams, ToolsListResult,
+            doc="Every tool the broker can run for the caller, with its class and whether the grant allows it.")
+async def tools_list(req: Request, params: ToolsListParams) -> ToolsListResult:
+    origin = req.target
+    grant = req.broker.grants.get(origin)
     tools = [
         ToolInfo(name=s.name, tool_class=s.tool_class.value, server=s.server, description=s.description,
                  input_schema=s.input_schema, allowed=grant is not None and grant.allows_tool(s.name))
-        for s in available_tools(broker, caller, origin)
+        for s in available_tools(req.broker, req.caller, origin)
     ]
     return ToolsListResult(tools=tools)
 
 
-@method(Method.TOOLS_CALL, ToolsCallParams, ToolsCallResult,
-        doc="Call one tool directly (no model). Same executor and gate as a model-proposed call: grant, "
-            "allowlist, budget, class, consent from the caller (the originator).")
-async def tools_call(broker: Broker, caller: Caller, params: ToolsCallParams) -> ToolsCallResult:
-    from .broker import target_origin
-
-    origin = target_origin(caller, params.origin)
-    result = await call_tool(broker, caller, origin, params.conversation, params.tool, params.arguments)
+@rpc.method(Method.TOOLS_CALL, ToolsCallParams, ToolsCallResult,
+            doc="Call one tool directly (no model). Same executor and gate as a model-proposed call: grant, "
+                "allowlist, budget, class, consent from the caller (the originator).")
+async def tools_call(req: Request, params: ToolsCallParams) -> ToolsCallResult:
+    result = await call_tool(req.broker, req.caller, req.target, params.conversation, params.tool, params.arguments)
     refusal = refusal_of(result)
     if refusal is not None:  # refused (before or at the call): a clear RPC error for a direct call
         raise refusal
