@@ -53,7 +53,7 @@ def load_methods() -> list[str]:
     return the names of the modules that register methods."""
     from . import methods
 
-    return [m.__name__ for m in (*methods.MODULES, *methods.LEGACY)]
+    return [m.__name__ for m in methods.MODULES]
 
 
 class Broker:

@@ -46,7 +46,7 @@ async def call_method(broker: Broker, caller: Caller, method: str, params: dict[
         ProtocolError: MethodNotFound / InvalidParams; Refusal from the method itself.
     """
     spec = METHODS.get(method)
-    if spec is None:
+    if spec is None or spec.access is None:  # a method without its namespace's access rule never runs
         raise MethodNotFound("Method not found")
     try:
         model = spec.params.model_validate(params or {})

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["MethodSpec", "METHODS", "method", "register"]
+__all__ = ["MethodSpec", "METHODS", "register"]
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class MethodSpec:
     handler: Callable[[Any, Any, Any], Awaitable[BaseModel]]
     doc: str
     access: Any = None
-    """The namespace's access rule (``broker/methods/_access.Access``); None only for a method registered
-    with the bare :func:`method` decorator (a module not yet moved under ``broker/methods``)."""
+    """The namespace's access rule (``broker/methods/_access.Access``): every method has one
+    (``tests/broker/test_methods_registry.py``); dispatch refuses to run a method without one."""
     scope: str = ""
     """``one`` | ``any`` | ``all``: the origin the method acts on (``_access.Scope``)."""
     namespace: str = ""
@@ -54,15 +54,3 @@ def register(spec: MethodSpec) -> MethodSpec:
         raise RuntimeError(f"RPC method {spec.name!r} registered twice")
     METHODS[spec.name] = spec
     return spec
-
-
-def method(name: str, params: type[BaseModel], result: type[BaseModel], *, doc: str = ""):
-    """Register ``handler(broker, caller, params) -> result`` under ``name`` without an access rule of the
-    table (the handler checks its caller itself). New methods use ``broker/methods/_access.Namespace``."""
-
-    def decorate(handler: Callable[[Any, Any, Any], Awaitable[BaseModel]]):
-        register(MethodSpec(name, params, result, handler, doc or (handler.__doc__ or "").strip(),
-                            namespace=name.split(".")[0]))
-        return handler
-
-    return decorate

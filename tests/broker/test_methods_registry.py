@@ -39,14 +39,36 @@ def test_each_module_declares_one_rule_and_registers_through_it():
 
 def test_every_method_of_the_table_comes_from_a_module_that_is_loaded():
     load_methods()
-    by_module = {name for m in methods.MODULES for name in m.rpc.names}
-    legacy = {name for name, spec in METHODS.items() if spec.access is None}
-    assert by_module | legacy == set(METHODS)
-    assert not by_module & legacy
-    # a bare ``registry.method`` is only left in the modules listed as not moved yet
-    legacy_modules = {m.__name__ for m in methods.LEGACY}
-    for name in legacy:
-        assert METHODS[name].handler.__module__ in legacy_modules, name
+    by_module = [name for m in methods.MODULES for name in m.rpc.names]
+    assert sorted(by_module) == sorted(METHODS), "a method registered outside broker/methods/"
+    assert all(spec.access is not None for spec in METHODS.values())
+
+
+@pytest.mark.asyncio
+async def test_dispatch_refuses_a_method_without_an_access_rule():
+    from relay_jupyter.broker.broker import Broker
+    from relay_jupyter.broker.config import BrokerConfig
+    from relay_jupyter.broker.dispatch import call_method
+    from relay_jupyter.broker.registry import MethodSpec
+    from relay_jupyter.core.caller import Caller, CallerKind
+    from relay_jupyter.core.errors import MethodNotFound
+
+    ran: list[str] = []
+
+    async def handler(broker, caller, params):
+        ran.append("ran")
+        return Empty()
+
+    METHODS["test.unruled"] = MethodSpec("test.unruled", Empty, Empty, handler, "")
+    broker = Broker.open(BrokerConfig(in_memory=True))
+    try:
+        with pytest.raises(MethodNotFound):
+            await call_method(broker, Caller(kind=CallerKind.KERNEL, origin="notebook:a.ipynb", client_id="k"),
+                              "test.unruled", {})
+    finally:
+        del METHODS["test.unruled"]
+        broker.close()
+    assert ran == []
 
 
 def test_the_namespaces_do_not_overlap():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .. import runs as _runs_legacy  # run.start: moves to runs.py after the run-engine seam (issue 14.4) lands
 from . import (
     audit,
     budget,
@@ -28,11 +27,8 @@ from . import (
     workspace,
 )
 
-__all__ = ["LEGACY", "MODULES"]
+__all__ = ["MODULES"]
 
 #: The namespace modules, each with ``ACCESS`` and ``rpc``.
 MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, conversations, permissions, kernel, trust, checkpoints,
                                    workspace, elicitation, tools)
-
-#: Modules outside this package that still register methods with the bare ``registry.method``.
-LEGACY: tuple[ModuleType, ...] = (_runs_legacy,)

@@ -1,15 +1,21 @@
-"""``run.cancel``, ``runs.*`` (the run journal: list, get, cancel) and ``kill`` (stop every run of a notebook).
+"""``run.start``, ``run.cancel``, ``runs.*`` (the run journal: list, get, cancel) and ``kill`` (stop every run of
+a notebook). The runtime is wired into a broker by ``broker/runtime_setup.install_runtime``.
 
 Access (:data:`~._access.RUNS`, one rule for ``run.*`` and ``runs.*``): a kernel sees its own origin's
 runs, a browser session every origin's; another notebook's run looks missing (``NOT_FOUND``). A run is
 cancelled only by its originator or a browser session (``RUNS.cancel``: ``run.cancel`` and
 ``runs.cancel`` are the same check; another client of the same notebook gets ``NOT_ORIGINATOR``).
+``run.start``: a kernel or daemon client runs for its own origin; a browser session names one; the
+caller becomes the run's originator (only it answers the run's permission requests and cancels it).
 ``kill`` is the notebook's emergency stop: every run of one origin, whoever started it (default: the
 caller's own origin; ``all: true``, browser sessions only, every origin).
 """
 
 from __future__ import annotations
 
+from ...backends.registry import spec as backend_spec
+from ...core.errors import Code, ConfigRefusal, RoutingRefusal
+from ...core.types import PermissionMode
 from ...protocol.models_control import (
     CancelledResult,
     KillParams,
@@ -20,14 +26,48 @@ from ...protocol.models_control import (
     RunsListParams,
     RunsListResult,
 )
-from ...protocol.models_runs import RunCancelParams, RunCancelResult
+from ...protocol.models_runs import RunCancelParams, RunCancelResult, RunStartParams, RunStartResult
 from ...protocol.names import Method
+from ...runtime.manager import RunContext, RunManager, RunParams
+from ..conversation_keys import conversation_key
 from ._access import RUNS, Namespace, Request, Scope
 
 __all__ = ["ACCESS", "rpc"]
 
 ACCESS = RUNS
 rpc = Namespace(ACCESS, "runs", "run", "kill")
+
+
+def _runtime(req: Request) -> RunManager:
+    from ..broker import require
+
+    return require(req.broker.runs, "the agent runtime")
+
+
+@rpc.method(Method.RUN_START, RunStartParams, RunStartResult,
+            doc="Start an agent run in a conversation; events carry its progress and exactly one terminal event.")
+async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
+    broker, caller, origin = req.broker, req.caller, req.target
+    runs = _runtime(req)
+    key = conversation_key(origin, params.conversation)
+    # the owner check without loading the history: the run loads it once, when it starts (issue 18)
+    existing = runs.conversations.conversation_origin(key)
+    if existing is not None and existing != origin:
+        # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
+        raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
+    backend = params.backend or broker.config.default_backend
+    engine = params.engine or broker.config.default_engine
+    if engine == "relay" and backend not in runs.backends:
+        declared = backend_spec(backend)  # the registry's one-line hint for a known, unconfigured backend
+        raise ConfigRefusal(declared.missing_code if declared else Code.NO_BACKEND,
+                            declared.missing_hint if declared else f"no backend named {backend!r}")
+    ctx = RunContext(origin=origin, client_id=caller.client_id, conversation=key,
+                     user=caller.user, caller_kind=caller.kind.value)
+    run_id = await runs.start(ctx, RunParams(
+        prompt=params.prompt, model=params.model or broker.config.default_model, backend=backend,
+        attachments=[a.model_dump() for a in params.attachments], mode=PermissionMode(params.mode),
+        max_tokens=params.max_tokens, tools=params.tools, engine=engine))
+    return RunStartResult(run_id=run_id)
 
 
 @rpc.method(Method.RUN_CANCEL, RunCancelParams, RunCancelResult, scope=Scope.ANY,
