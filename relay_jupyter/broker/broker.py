@@ -37,13 +37,10 @@ from .registry import METHODS
 __all__ = ["Broker", "load_methods", "require", "target_origin"]
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from ..mcp.registry import McpRegistry
     from ..runtime.manager import RunManager
     from ..workspace.tools import WorkspaceTools
 
-    ClientTools = Callable[[Caller, str, str, str, Any], Awaitable[dict[str, Any]]]
 
 log = logging.getLogger("relay_jupyter.broker")
 
@@ -81,7 +78,6 @@ class Broker:
         self.mcp: McpRegistry | None = None
         self.workspace_tools: WorkspaceTools | None = None
         self.checkpoints: CheckpointStore | None = None
-        self.client_tools: ClientTools | None = None
         """Optional ``async (caller, origin, conversation, tool, arguments) -> {content, is_error}``: the
         runtime executor's client-call entry; ``tools.call`` uses it when set."""
         self.ready = True

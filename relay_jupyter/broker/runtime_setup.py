@@ -12,15 +12,10 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import Backend
 from ..backends.keys import KeySource
 from ..backends.registry import build_backends
-from ..core.caller import Caller
 from ..engines.registry import ENGINES, EngineServices
-from ..core.errors import Refusal
-from ..runtime.conversations import MemoryConversations
 from ..runtime.engine import RunEngine
 from ..runtime.manager import RunManager, RuntimeConfig
-from ..runtime.tools import ToolContext
-from .conversation_keys import conversation_key
-from .tool_sources import BrokerTools
+from .tool_sources import ToolSources
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -67,10 +62,9 @@ def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = Non
                     config: RuntimeConfig | None = None, *, recover: bool = True,
                     engines: Mapping[str, RunEngine] | None = None) -> RunManager:
     """Build the run manager over the broker's gate, store, events and consent router; set
-    ``broker.runs`` and ``broker.client_tools``; repair runs a previous process left unfinished.
+    ``broker.runs`` (whose executor also serves ``tools.call``); repair runs a previous process left unfinished.
     ``engines``: the engines besides ``relay`` (default: every one ``engines/registry.py`` declares)."""
     store = broker.store
-    conversations = store if hasattr(store, "save_conversation") else MemoryConversations()
     if backends is None:
         backends = backends_from_config(broker.config)
     runtime_config = config or RuntimeConfig(**{
@@ -79,21 +73,10 @@ def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = Non
     if engines is None:
         engines = {spec.name: spec.build(engine_services(broker, spec.name))
                    for spec in ENGINES if spec.build is not None}
-    manager = RunManager(broker.gate, store, conversations, broker.events, [BrokerTools(broker)], backends,
+    manager = RunManager(broker.gate, store, store, broker.events, ToolSources(broker), backends,
                          runtime_config, consent=broker.permissions, engines=engines)
     broker.runs = manager
 
-    async def client_tools(caller: Caller, origin: str, conversation: str, tool: str,
-                           arguments: Any) -> dict[str, Any]:
-        ctx = ToolContext(origin=origin, conversation=conversation_key(origin, conversation),
-                          originator=caller.client_id,
-                          caller_kind=caller.kind.value, user=caller.user)
-        result = await manager.execute_client_call(ctx, tool, arguments)
-        if result.code is not None:  # refused before it ran: a clear RPC error for a direct call
-            raise Refusal(result.code, result.content)
-        return {"content": result.content, "is_error": result.is_error}
-
-    broker.client_tools = client_tools
     if recover:
         manager.recover()
     return manager

@@ -16,13 +16,12 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from ..core.tooling import Preflight, ToolContext, ToolResult, ToolSource
-from ..core.types import ToolSpec
+from ..core.tooling import ToolSource
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["BrokerTools", "ToolSources", "add_tool_source", "tool_sources"]
+__all__ = ["ToolSources", "add_tool_source", "tool_sources"]
 
 # per broker, the sources added with add_tool_source (kept beside the broker, not on it: the broker's
 # slots are the built-in components)
@@ -76,39 +75,3 @@ class ToolSources(Sequence[ToolSource]):
 
     def __getitem__(self, index: int | slice) -> ToolSource | Sequence[ToolSource]:
         return tool_sources(self._broker)[index]
-
-
-class BrokerTools:
-    """Transitional: one ToolSource over :func:`tool_sources` for callers that still pass
-    ``[BrokerTools(broker)]`` to the run manager (``install_runtime`` now hands it :class:`ToolSources`).
-    Resolves names exactly as :class:`~relay_jupyter.runtime.tools.ToolIndex` does (first source wins)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    def _owner(self, ctx: ToolContext, name: str) -> ToolSource:
-        from ..runtime.tools import ToolIndex
-
-        found = ToolIndex(tool_sources(self._broker), ctx).get(name)
-        if found is None:
-            raise KeyError(name)
-        return found[0]
-
-    def tool_specs(self, ctx: ToolContext) -> Sequence[ToolSpec]:
-        from ..runtime.tools import ToolIndex
-
-        return ToolIndex(tool_sources(self._broker), ctx).specs()
-
-    async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
-        try:
-            owner = self._owner(ctx, name)
-        except KeyError:
-            return None
-        return await owner.tool_current(ctx, name)
-
-    async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        return await self._owner(ctx, name).tool_preflight(ctx, name, args)
-
-    async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
-                        approved_preview: dict[str, Any]) -> ToolResult:
-        return await self._owner(ctx, name).tool_call(ctx, name, args, approved_preview)

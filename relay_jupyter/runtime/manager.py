@@ -131,7 +131,8 @@ class RunManager:
         self.journal = journal
         self.conversations = conversations
         self.events = events_sink
-        self.providers: Sequence[ToolSource] = list(tool_providers or [])
+        self.providers: Sequence[ToolSource] = (tool_providers if isinstance(tool_providers, Sequence)
+                                                 else list(tool_providers or []))
         """The tool sources of every run and ``tools.call`` (the broker sets its live list,
         ``broker/tool_sources.ToolSources``, read at each run start)."""
         self.backends = dict(backends)

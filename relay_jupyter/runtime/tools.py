@@ -31,9 +31,6 @@ from ..core.tooling import (
 )
 from ..core.types import ToolSpec, canonical_json
 
-#: Transitional name of :class:`~relay_jupyter.core.tooling.ToolSource` (the runtime's old protocol).
-ToolProvider = ToolSource
-
 __all__ = [
     "DAEMON_KERNEL_CLIENT",
     "MAX_ARGUMENT_BYTES",
