@@ -1,7 +1,7 @@
 """The ``anthropic`` backend: streaming Messages API with tools through the official SDK.
 
 Uses ``messages.create(stream=True)`` (raw events; about 2.4x the throughput of the
-``messages.stream`` helper, see STACK.md) with the SDK's own retries off (``max_retries=0``):
+``messages.stream`` helper) with the SDK's own retries off (``max_retries=0``):
 retries of 429/529 are ours, honoring ``retry-after`` and bounded by :class:`RetryPolicy`.
 
 The SDK's HTTP client is ours (:func:`~relay_jupyter.backends.capped.capped_client`): every SSE event

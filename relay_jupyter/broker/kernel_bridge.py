@@ -7,7 +7,7 @@ becomes an error *result* (a tool failure, reported to the model), never a hang.
 
 Classes: ``list_variables`` and ``describe_dataframe`` only read the kernel's namespace (READ);
 ``propose_cell`` and ``run_code`` change what the user's kernel does (WRITE, always consent:
-code run in the kernel is the user, DESIGN.md §1). ``run_code`` is marked ``runs_code``: its card
+code run in the kernel is the user, docs/security.md). ``run_code`` is marked ``runs_code``: its card
 offers only "once", and no run-scoped allow or saved trust ever applies to it.
 """
 

@@ -1,4 +1,4 @@
-"""Permission routing: the ``ConsentPort`` of ASK mode (seed 001 §2, DESIGN.md §3).
+"""Permission routing: the ``ConsentPort`` of ASK mode (docs/gate.md §10, docs/security.md).
 
 A permission request is answered by its *originator* only (the client whose request started the
 run); an authenticated browser session of the user owning the origin may answer too (the side

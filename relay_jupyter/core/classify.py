@@ -1,4 +1,4 @@
-"""Safety classification of tools (DESIGN.md §2, step 4): ``read``, ``contained`` or ``write``.
+"""Safety classification of tools (docs/gate.md §8): ``read``, ``contained`` or ``write``.
 
 Default-deny: a tool nobody vouched for is ``write``. The base class comes from the
 built-in table (our own tools, which we can prove things about) or the user's pins (the

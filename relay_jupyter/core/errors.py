@@ -50,7 +50,7 @@ REFUSAL_RPC_CODE = -32000
 class Code(StrEnum):
     """Stable refusal codes. Clients match on these; never rename one."""
 
-    # the gate, in the order of DESIGN.md §2
+    # the gate, in the order of docs/gate.md §1
     UNAUTHORIZED = "UNAUTHORIZED"
     SCOPE_EXCEEDED = "SCOPE_EXCEEDED"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"

@@ -1,6 +1,6 @@
 """The gate: the one function every tool call and every model request goes through.
 
-Tool calls (:meth:`Gate.call_tool`), in the order of DESIGN.md §2, fail-closed at each step::
+Tool calls (:meth:`Gate.call_tool`), in the order of docs/gate.md §1, fail-closed at each step::
 
     1 grant      origin has a live grant               else UNAUTHORIZED
     2 scope      tool name in the grant's allowlist     else SCOPE_EXCEEDED
@@ -331,7 +331,7 @@ class Gate:
 
     def allowed_tools(self, origin: str, names: Iterable[str]) -> list[str]:
         """The ``names`` the live grant of ``origin`` allows, in their order: the capability set a run
-        offers the model (DESIGN.md §1). No grant (or an expired one) allows nothing — fail closed;
+        offers the model (docs/security.md). No grant (or an expired one) allows nothing — fail closed;
         :meth:`call_tool` still refuses, and audits, any call outside the grant."""
         grant = self.grants.get(origin)
         if grant is None:

@@ -38,7 +38,7 @@ def canonical_json(value: Any) -> str:
 
 
 class ToolClass(StrEnum):
-    """Safety class of a tool call (DESIGN.md §2). Order matters: later is stricter."""
+    """Safety class of a tool call (docs/gate.md §8). Order matters: later is stricter."""
 
     READ = "read"
     """Proven to change nothing. Runs without consent."""

@@ -1,4 +1,4 @@
-"""Finding the broker from inside a kernel (DESIGN.md §6).
+"""Finding the broker from inside a kernel (docs/kernel.md).
 
 In order:
 

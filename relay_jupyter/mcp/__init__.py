@@ -1,4 +1,4 @@
-"""relay_jupyter.mcp: the user's MCP servers as gated tools (DESIGN.md §2, docs/mcp.md).
+"""relay_jupyter.mcp: the user's MCP servers as gated tools (docs/gate.md, docs/mcp.md).
 
 - :mod:`.config` parses ``mcp.json`` (Claude Desktop format); :mod:`.policy` is the endpoint policy;
 - :mod:`.connection` is one supervised server (stdio via :mod:`.stdio`, Streamable HTTP via :mod:`.http`);

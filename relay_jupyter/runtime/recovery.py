@@ -1,4 +1,4 @@
-"""Crash repair (DESIGN.md §4 durability; issue 12): what a dead broker left unfinished.
+"""Crash repair (docs/runtime.md, crash repair): what a dead broker left unfinished.
 
 Runs the journal shows unfinished *and owned by a dead broker* (storage/leases.py: a run of a live
 broker on the same data directory is never touched) become ``interrupted`` with one

@@ -1,4 +1,4 @@
-"""Review mode: a second model judges each write-class call (DESIGN.md §2).
+"""Review mode: a second model judges each write-class call (docs/gate.md §8).
 
 The reviewer gets a fixed system prompt and the proposed call as labeled untrusted data, no tools,
 and must answer with exactly one JSON object ``{"verdict": "allow"|"deny", "reason": str}`` and

@@ -1,4 +1,4 @@
-"""The runs journal (DESIGN.md §4 durability): runs, and an intent and an outcome record per tool call.
+"""The runs journal (docs/storage.md, runs journal): runs, and an intent and an outcome record per tool call.
 
 An intent is written before a tool executes and an outcome after. At broker start
 :meth:`JournalMixin.mark_interrupted` turns every run without a terminal state into ``interrupted``;

@@ -1,4 +1,4 @@
-"""The gate: DESIGN.md §2 order, each refusal at its step, later steps never reached, every decision audited."""
+"""The gate: docs/gate.md §1 order, each refusal at its step, later steps never reached, every decision audited."""
 
 from __future__ import annotations
 

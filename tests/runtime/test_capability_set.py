@@ -1,4 +1,4 @@
-"""DESIGN.md §1: the model is handed a hard capability set for each run — only the tools the
+"""docs/security.md: the model is handed a hard capability set for each run — only the tools the
 notebook's grant allows (and the run's ``tools`` restriction) are offered; the gate still refuses
 anything else with SCOPE_EXCEEDED."""
 

@@ -37,7 +37,7 @@ async def stream_chat(fake: FakeOpenAI, **body: Any) -> tuple[list[dict[str, Any
                 continue
             if line == "data: [DONE]":
                 done = True
-                continue  # keep reading after [DONE], as STACK.md advises
+                continue  # keep reading after [DONE] (to the end of the body), as an OpenAI-compatible client should
             chunks.append(json.loads(line[6:]))
     return chunks, done
 

@@ -1,4 +1,4 @@
-"""The consent card: one per write request (DESIGN.md §2 step 4).
+"""The consent card: one per write request (docs/gate.md §1, consent).
 
 Shows the tool, server, class, arguments and reasons (for a tool whose arguments carry code, such as
 ``run_code``, the exact code; for a push the target, size, digest, redacted head and diff); buttons
