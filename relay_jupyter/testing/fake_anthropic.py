@@ -22,7 +22,7 @@ import secrets
 from typing import Any
 
 from ..protocol.sse import encode_raw
-from .loopback import ClientDisconnected, HTTPRequest, RecordedRequest, Responder
+from .loopback import CLOSE, ClientDisconnected, HTTPRequest, RecordedRequest, Responder
 from .script import (
     Block,
     ErrorReply,
@@ -135,7 +135,7 @@ class FakeAnthropic(ScriptedServer):
     # ----- serving --------------------------------------------------------------------------------
     async def bad_request(self, responder: Responder, status: int, message: str) -> None:
         """Malformed HTTP answers in the API's error shape."""
-        await responder.send(status, error_body(ERROR_TYPES.get(status, "invalid_request_error"), message))
+        await responder.send(status, error_body(ERROR_TYPES.get(status, "invalid_request_error"), message), CLOSE)
 
     async def _error(self, responder: Responder, status: int, message: str | None = None,
                      error_type: str | None = None, headers: dict[str, str] | None = None,

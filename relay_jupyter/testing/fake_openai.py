@@ -19,7 +19,7 @@ import secrets
 import time
 from typing import Any
 
-from .loopback import ClientDisconnected, HTTPRequest, RecordedRequest, Responder
+from .loopback import CLOSE, ClientDisconnected, HTTPRequest, RecordedRequest, Responder
 from .script import (
     ErrorReply,
     Reply,
@@ -111,7 +111,7 @@ class FakeOpenAI(ScriptedServer):
 
     async def bad_request(self, responder: Responder, status: int, message: str) -> None:
         """Malformed HTTP answers in the OpenAI error shape."""
-        await responder.send(status, error_body(status, message))
+        await responder.send(status, error_body(status, message), CLOSE)
 
     async def handle(self, request: HTTPRequest, record: RecordedRequest, responder: Responder) -> None:
         """Route: ``POST /v1/chat/completions``, ``GET /v1/models``."""

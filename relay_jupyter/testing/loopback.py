@@ -19,11 +19,15 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .exchange import ClientDisconnected, HTTPRequest, RecordedRequest, Responder
 
-__all__ = ["REDACTED", "ClientDisconnected", "HTTPRequest", "LoopbackServer", "RecordedRequest", "Responder"]
+__all__ = ["CLOSE", "REDACTED", "ClientDisconnected", "HTTPRequest", "LoopbackServer", "RecordedRequest", "Responder"]
 
 REDACTED = "[REDACTED]"
 _SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization")
 _MAX_HEADER_BYTES = 64 * 1024
+
+
+#: Header of an answer after which the server closes the connection (400/413 before the request was read).
+CLOSE = {"connection": "close"}
 
 
 class LoopbackServer:
@@ -175,8 +179,9 @@ class LoopbackServer:
         await responder.send(404, {"error": "not found"})
 
     async def bad_request(self, responder: Responder, status: int, message: str) -> None:
-        """Answer a malformed HTTP request (before it reached :meth:`handle`)."""
-        await responder.send(status, {"error": {"type": "invalid_request_error", "message": message}})
+        """Answer a malformed HTTP request (before it reached :meth:`handle`). The connection closes after it,
+        and the answer says so (``CLOSE``): a client must not send its next request on it."""
+        await responder.send(status, {"error": {"type": "invalid_request_error", "message": message}}, CLOSE)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
