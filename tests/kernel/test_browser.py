@@ -217,7 +217,7 @@ def test_hostile_corpus_is_inert_in_jupyterlab(lab: tuple[RealServer, FakeAnthro
     for _ in range(240):  # deny every card that appears (the run_code one shows the code)
         if done.count():
             break
-        deny = page.locator("button:not([disabled])", has_text="Deny")
+        deny = page.locator("button:not([disabled]):visible", has_text="Deny")  # the card's, not the side panel's hidden one
         if deny.count():
             code_seen = code_seen or page.get_by_text("os.remove('notes.txt')", exact=False).count() > 0
             page.screenshot(path=str(ARTIFACTS / "kernel-corpus-card.png"), full_page=True)
