@@ -37,8 +37,9 @@ RELAY_TEST_CACHE ?= $(HOME)/.cache/relay-test
 OLD_MCP := $(RELAY_TEST_CACHE)/old-mcp/.installed
 CONFORMANCE := $(RELAY_TEST_CACHE)/conformance/node_modules/.installed
 
-$(OLD_MCP): tests/mcp/make_old_sdk_venvs.sh
-	RELAY_OLD_MCP_DIR=$(RELAY_TEST_CACHE)/old-mcp sh tests/mcp/make_old_sdk_venvs.sh && touch $@
+$(OLD_MCP): tests/mcp/make_old_sdk_venvs.sh | $(BIN)/python
+	RELAY_OLD_MCP_DIR=$(RELAY_TEST_CACHE)/old-mcp PYTHON=$(abspath $(BIN))/python PIP=$(abspath $(BIN))/pip \
+		sh tests/mcp/make_old_sdk_venvs.sh && touch $@
 
 $(CONFORMANCE):
 	mkdir -p $(RELAY_TEST_CACHE)/conformance
