@@ -28,6 +28,7 @@ from typing import Any
 
 from .errors import Refusal
 from .ports import Checkpoint, EventItem
+from .telemetry import TelemetryRow, check_telemetry_query, newest_first_limit
 from .types import AuditRecord, Event, Grant, ToolClass
 
 __all__ = [
@@ -133,6 +134,8 @@ class MemoryStore:
         self._pins: dict[str, dict[str, Any]] = {}
         self._leases: dict[str, dict[str, Any]] = {}
         self._checkpoints = MemoryCheckpoints(self)
+        self._telemetry: list[TelemetryRow] = []
+        self._telemetry_seq = 0
 
     # -- transactions (an undo log) -----------------------------------------------------------------
 
@@ -643,6 +646,34 @@ class MemoryStore:
     def list_pins(self) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(self._pins[k]) for k in sorted(self._pins)]
+
+    # -- telemetry (core/telemetry.py) ------------------------------------------------------------------
+
+    def record_telemetry(self, row: TelemetryRow) -> TelemetryRow:
+        if not isinstance(row, TelemetryRow):
+            raise TypeError(f"record_telemetry needs a TelemetryRow, got {row.__class__.__name__}")
+        with self.transaction():
+            self._telemetry_seq += 1  # never handed out twice, even when the transaction rolls back
+            stored = row.model_copy(update={"id": self._telemetry_seq})
+            self._telemetry.append(stored)
+            self._log(lambda: self._telemetry.remove(stored))
+        return stored
+
+    def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
+                        limit: int = 1000) -> list[TelemetryRow]:
+        check_telemetry_query(origin, since, limit)
+        with self._lock:
+            rows = [r for r in self._telemetry if (origin is None or r.origin == origin)
+                    and (since is None or r.ts >= since)]
+        return newest_first_limit(rows, limit)
+
+    def prune_telemetry(self, before: float) -> int:
+        check_telemetry_query(None, before, 0)
+        with self.transaction():
+            old = self._telemetry
+            self._telemetry = [r for r in old if r.ts >= before]
+            self._log(lambda: setattr(self, "_telemetry", old))
+            return len(old) - len(self._telemetry)
 
     # -- leases (process-local: a lease is alive while renewed within its ttl) --------------------------
 

@@ -2,7 +2,7 @@
 
 Each port is a small Protocol. :class:`Store` is the one contract of everything the broker
 persists (grants, the ledger and its holds, events, the runs journal, conversations, saved trust,
-MCP pins, checkpoints, leases, storage health); it is the union of the small ports below, with no
+MCP pins, checkpoints, leases, storage health, telemetry rows); it is the union of the small ports below, with no
 optional methods: a caller never probes a store with ``hasattr``. Implementations:
 
 - ``relay_jupyter.core.memory.MemoryStore``: the in-memory reference (tests, ``in_memory`` brokers);
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import Refusal
+from .telemetry import TelemetryStore
 from .types import AuditRecord, ConsentRequest, ConsentResult, Event, Grant, ToolClass
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "PinStore",
     "RunJournal",
     "Store",
+    "TelemetryStore",
     "TrustStore",
 ]
 
@@ -342,7 +344,7 @@ class LeaseStore(Protocol):
 
 @runtime_checkable
 class Store(GrantStore, Ledger, EventStore, RunJournal, ConversationStore, TrustStore, PinStore, LeaseStore,
-            Protocol):
+            TelemetryStore, Protocol):
     """Everything the broker persists, in one object (module docstring for the common rules)."""
 
     storage_problem: Refusal | None

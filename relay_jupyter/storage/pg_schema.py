@@ -26,6 +26,8 @@ Version history:
    and calls, conversations with a row per message, trust, pins, owners, pending permissions),
    checkpoints and the audit copy.
 2. ``namespaces``: the users' schemas that opened the database (the admin view of spend per user).
+3. ``telemetry`` (issue 16): one row per model request (core/telemetry.py; figures only, never text),
+   in each user's own schema.
 """
 
 from __future__ import annotations
@@ -198,10 +200,37 @@ CREATE TABLE namespaces (
 );
 """
 
+V3_SQL = """
+CREATE TABLE telemetry (
+    id                  BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ts                  DOUBLE PRECISION NOT NULL,
+    origin              TEXT NOT NULL,
+    source              TEXT NOT NULL CHECK (source IN ('proxy', 'agent')),
+    model               TEXT NOT NULL,
+    session             TEXT,
+    lineage             TEXT,
+    run_id              TEXT,
+    profile             TEXT,
+    input_tokens        BIGINT NOT NULL DEFAULT 0 CHECK (input_tokens >= 0),
+    output_tokens       BIGINT NOT NULL DEFAULT 0 CHECK (output_tokens >= 0),
+    cache_read_tokens   BIGINT NOT NULL DEFAULT 0 CHECK (cache_read_tokens >= 0),
+    cache_write_tokens  BIGINT NOT NULL DEFAULT 0 CHECK (cache_write_tokens >= 0),
+    cost_usd            DOUBLE PRECISION NOT NULL DEFAULT 0 CHECK (cost_usd >= 0),
+    estimated           BOOLEAN NOT NULL DEFAULT FALSE,
+    latency_ms          DOUBLE PRECISION NOT NULL DEFAULT 0,
+    ttft_ms             DOUBLE PRECISION,
+    status              TEXT NOT NULL,
+    error_code          TEXT
+);
+CREATE INDEX telemetry_origin_ts ON telemetry (origin, ts);
+CREATE INDEX telemetry_ts ON telemetry (ts);
+"""
+
 #: Ordered migration steps. Append only; the last version is :data:`PG_SCHEMA_VERSION`.
 PG_MIGRATIONS: list[tuple[int, str]] = [
     (1, V1_SQL),
     (2, V2_SQL),
+    (3, V3_SQL),
 ]
 
 PG_SCHEMA_VERSION: int = PG_MIGRATIONS[-1][0]

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from ..core.teams import TEAM_PREFIX
+from ..core.telemetry import TelemetryRow
 from ..core.types import AuditRecord, Event, Grant, ToolClass
 from ..protocol.names import TERMINAL_EVENTS, EventType
 from ._db import check_amount, check_text, dumps
@@ -688,6 +689,47 @@ class PostgresStore(PgDatabase):
         rows = self.query("SELECT tool, digest, tool_class, created_at FROM pins ORDER BY tool")
         return [{"tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts} for t, d, c, ts in rows]
 
+    # -- telemetry (core/telemetry.py; in the user's own schema) -----------------------------------
+    def record_telemetry(self, row: TelemetryRow) -> TelemetryRow:
+        from .telemetry import COLUMNS, row_values
+
+        if not isinstance(row, TelemetryRow):
+            raise TypeError(f"record_telemetry needs a TelemetryRow, got {row.__class__.__name__}")
+        values = list(row_values(row))
+        values[COLUMNS.index("estimated") - 1] = bool(row.estimated)
+        marks = ",".join(["%s"] * len(values))
+        with self.transaction() as conn:
+            new_id = conn.execute(f"INSERT INTO telemetry ({','.join(COLUMNS[1:])}) VALUES ({marks}) RETURNING id",
+                                  values).fetchone()[0]
+        return row.model_copy(update={"id": int(new_id)})
+
+    def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
+                        limit: int = 1000) -> list[TelemetryRow]:
+        from ..core.telemetry import MAX_QUERY_ROWS, check_telemetry_query
+        from .telemetry import COLUMNS, row_from_db
+
+        check_telemetry_query(origin, since, limit)
+        n = min(limit, MAX_QUERY_ROWS)
+        if n <= 0:
+            return []
+        where, params = [], []
+        if origin is not None:
+            where.append("origin = %s")
+            params.append(origin)
+        if since is not None:
+            where.append("ts >= %s")
+            params.append(float(since))
+        sql = (f"SELECT {','.join(COLUMNS)} FROM telemetry" + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY id DESC LIMIT %s")
+        return [row_from_db(r) for r in reversed(self.query(sql, (*params, n)))]
+
+    def prune_telemetry(self, before: float) -> int:
+        from ..core.telemetry import check_telemetry_query
+
+        check_telemetry_query(None, before, 0)
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM telemetry WHERE ts < %s", (float(before),)).rowcount
+
     # -- events ----------------------------------------------------------------------------------
     def append_event(self, type: str, data: dict[str, Any], *, origin: str | None = None,
                      run_id: str | None = None) -> Event:
@@ -966,13 +1008,12 @@ class PostgresStore(PgDatabase):
         if not ttl > 0:
             raise ValueError("lease ttl must be positive")
         owner = "own_" + secrets.token_hex(8)
-        # owned before the row is written: a failed write leaves the id for renew_lease to write (leases.py)
-        self.owner_id, self.lease_ttl = owner, float(ttl)
         now = self.now()
         with self.transaction() as conn:
             conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
                          "VALUES (%s, %s, %s, %s, %s, %s, %s)",
                          (owner, host_identity(), os.getpid(), process_start(os.getpid()), now, now, float(ttl)))
+        self.owner_id, self.lease_ttl = owner, float(ttl)
         return owner
 
     def renew_lease(self) -> None:

@@ -26,6 +26,8 @@ Version history:
    ``relay_checkpoint_meta``, until now created by ``storage/checkpoints.py`` itself) under this
    schema; ``events_run`` index for a run's terminal event. Files made from version 5 on use
    ``auto_vacuum = INCREMENTAL`` (older files are switched over by one VACUUM at open, storage/_db.py).
+6. ``telemetry`` (issue 16): one row per model request of the endpoints and of ``%%agent`` runs
+   (core/telemetry.py; figures only, never text).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "migrate", "schema_version"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "V6_SQL", "migrate",
+           "schema_version"]
 
 V1_SQL = """
 CREATE TABLE grants (
@@ -178,6 +181,34 @@ CREATE INDEX IF NOT EXISTS relay_checkpoints_origin ON relay_checkpoints (origin
 """
 
 
+V6_SQL = """
+-- AUTOINCREMENT: a row id is never handed out twice, even after pruning
+CREATE TABLE telemetry (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts                  REAL NOT NULL,          -- when the request started (epoch seconds)
+    origin              TEXT NOT NULL,
+    source              TEXT NOT NULL CHECK (source IN ('proxy', 'agent')),
+    model               TEXT NOT NULL,
+    session             TEXT,
+    lineage             TEXT,
+    run_id              TEXT,
+    profile             TEXT,
+    input_tokens        INTEGER NOT NULL DEFAULT 0,
+    output_tokens       INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens   INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens  INTEGER NOT NULL DEFAULT 0,
+    cost_usd            REAL NOT NULL DEFAULT 0,
+    estimated           INTEGER NOT NULL DEFAULT 0,
+    latency_ms          REAL NOT NULL DEFAULT 0,
+    ttft_ms             REAL,
+    status              TEXT NOT NULL,
+    error_code          TEXT
+);
+CREATE INDEX telemetry_origin_ts ON telemetry (origin, ts);
+CREATE INDEX telemetry_ts ON telemetry (ts);
+"""
+
+
 def _v5(conn: sqlite3.Connection) -> None:
     for statement in _statements(V5_SQL):
         conn.execute(statement)
@@ -197,6 +228,7 @@ MIGRATIONS: list[tuple[int, Step]] = [
     (3, V3_SQL),
     (4, V4_SQL),
     (5, _v5),
+    (6, V6_SQL),
 ]
 
 SCHEMA_VERSION: int = MIGRATIONS[-1][0]

@@ -24,13 +24,15 @@ from .journal import JournalMixin
 from .leases import LeasesMixin
 from .paths import data_dir
 from .records import ConversationsMixin, GrantsMixin, TrustMixin
+from .telemetry import TelemetryMixin
 
 __all__ = ["DB_NAME", "Store"]
 
 DB_NAME = "relay.db"
 
 
-class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin):
+class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin,
+            TelemetryMixin):
     """SQLite store. Create with :meth:`open`; use as a context manager or call :meth:`close`.
 
     A broker takes a lease (:meth:`acquire_lease`, storage/leases.py) right after opening; CLI tools

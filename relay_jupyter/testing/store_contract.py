@@ -38,6 +38,7 @@ import pytest
 from ..core.errors import RelayError
 from ..core.memory import MemoryStore
 from ..core.ports import Checkpoint, CheckpointStore, Store
+from ..core.telemetry import TelemetryRow
 from ..core.types import Event, Grant, ToolClass
 from ..protocol.names import TERMINAL_EVENTS, EventType
 from ..protocol.sse import encode_event
@@ -548,6 +549,61 @@ class StoreContract:
         assert store.closed
         with pytest.raises(RelayError):
             store.put_grant(Grant(origin="o", consent_id="c"))
+
+    # -- telemetry (core/telemetry.py) -----------------------------------------------------------------
+
+    @staticmethod
+    def _trow(origin: str, ts: float, **kw: Any) -> TelemetryRow:
+        return TelemetryRow(ts=ts, origin=origin, source=kw.pop("source", "proxy"),
+                            model=kw.pop("model", "claude-sonnet-4-5"), **kw)
+
+    def test_telemetry_rows_round_trip_with_every_field(self, store: Store) -> None:
+        row = self._trow("notebook:a.ipynb", 10.5, session="s_1", lineage="undo", run_id="run_1",
+                         profile="team", input_tokens=7, output_tokens=3, cache_read_tokens=2,
+                         cache_write_tokens=1, cost_usd=0.125, estimated=True, latency_ms=12.5, ttft_ms=4.25,
+                         status="interrupted", error_code="BUDGET_EXCEEDED")
+        stored = store.record_telemetry(row)
+        assert stored.id >= 1 and stored.model_copy(update={"id": 0}) == row
+        assert store.query_telemetry() == [stored]
+        bare = store.record_telemetry(self._trow("o", 11.0, source="agent"))
+        assert bare.id > stored.id and bare.ttft_ms is None and bare.session is None and bare.estimated is False
+        assert store.query_telemetry() == [stored, bare]
+
+    def test_telemetry_query_by_origin_since_and_limit(self, store: Store) -> None:
+        rows = [store.record_telemetry(self._trow(o, ts)) for o, ts in
+                [("a", 1.0), ("b", 2.0), ("a", 3.0), ("a", 4.0), ("b", 5.0)]]
+        assert [r.id for r in rows] == sorted(r.id for r in rows) and len({r.id for r in rows}) == 5
+        assert store.query_telemetry(origin="a") == [rows[0], rows[2], rows[3]]
+        assert store.query_telemetry(since=3.0) == rows[2:]
+        assert store.query_telemetry(origin="b", since=2.5) == [rows[4]]
+        assert store.query_telemetry(limit=2) == rows[3:]  # the newest two, oldest first
+        assert store.query_telemetry(origin="a", limit=1) == [rows[3]]
+        assert store.query_telemetry(limit=0) == [] and store.query_telemetry(limit=-3) == []
+        assert store.query_telemetry(origin="nobody") == []
+        assert store.query_telemetry(origin="a' OR '1'='1") == []  # parameters, not SQL text
+
+    def test_telemetry_refuses_what_is_not_a_row(self, store: Store) -> None:
+        with pytest.raises(TypeError):
+            store.record_telemetry({"ts": 1.0, "origin": "o"})  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            store.query_telemetry(since="yesterday")  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            store.query_telemetry(origin="")
+        assert store.query_telemetry() == []
+
+    def test_telemetry_prune_and_ids_never_reused(self, store: Store) -> None:
+        a = store.record_telemetry(self._trow("o", 1.0))
+        b = store.record_telemetry(self._trow("o", 2.0))
+        assert store.prune_telemetry(2.0) == 1 and store.query_telemetry() == [b]
+        assert store.prune_telemetry(10.0) == 1 and store.query_telemetry() == []
+        c = store.record_telemetry(self._trow("o", 3.0))
+        assert c.id > b.id > a.id
+
+    def test_telemetry_rolls_back_with_its_transaction(self, store: Store) -> None:
+        with pytest.raises(_Refused), store.transaction():
+            store.record_telemetry(self._trow("o", 1.0))
+            raise _Refused
+        assert store.query_telemetry() == []
 
     # -- two store objects on one storage (two brokers) -----------------------------------------------
 
