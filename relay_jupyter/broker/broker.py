@@ -90,7 +90,11 @@ class Broker:
     def open(cls, config: BrokerConfig) -> Broker:
         """Build a broker with durable storage (or in-memory ports when ``config.in_memory``)."""
         if config.in_memory:
-            return cls(config, store=MemoryStore(), audit=MemoryAuditSink())
+            # a lease here too: a run stored with no owner reads as a dead broker's, and the maintenance
+            # step's recovery interrupted live runs mid-answer (tests/runtime/test_live_runs_survive_storage_check.py)
+            memory = MemoryStore()
+            memory.acquire_lease(config.lease_ttl)
+            return cls(config, store=memory, audit=MemoryAuditSink())
         from ..storage.audit_log import AuditLog
         from ..storage.paths import data_dir, ensure_private_dir
         from ..storage.sqlite import Store

@@ -257,7 +257,9 @@ class RunManager:
         """At broker start: unfinished runs become ``interrupted``; every call with an intent and
         no outcome is answered "outcome unknown" in its stored conversation (never re-executed).
         See :mod:`relay_jupyter.runtime.recovery`."""
-        return recover(self.journal, self.conversations, self.events)
+        # this manager's own runs are alive whatever the store says (in memory, or ended and waiting
+        # for repair() to record their real end): recovery never touches them
+        return recover(self.journal, self.conversations, self.events, skip={*self._runs, *self._unstored})
 
     # ---- the run ----------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from typing import Any
 
 from ..core.ports import ConversationStore, Store
@@ -54,15 +55,23 @@ def _crash_point() -> None:
         os._exit(137)  # like SIGKILL: no cleanup, no flush
 
 
-def recover(store: Store, conversations: ConversationStore, events: Any) -> list[str]:
+def recover(store: Store, conversations: ConversationStore, events: Any, *, live: set[str] | None = None,
+            skip: Collection[str] = ()) -> list[str]:
     """Repair what dead brokers left unfinished (see the module docstring). Returns the ids of the
-    runs marked ``interrupted``. ``events`` is the event bus (or a test's sink with ``append``)."""
-    live = store.live_owners()
+    runs marked ``interrupted``. ``events`` is the event bus (or a test's sink with ``append``).
+
+    ``live``: the live owners as the caller read them (default: read now). It only selects the
+    candidates: each run's owner is judged again inside the run's write transaction, so a broker that
+    took its lease and started a run after ``live`` was read is alive and its run is left alone.
+    ``skip``: runs the caller knows are alive (the run manager's own, in memory): never touched."""
+    live = store.live_owners() if live is None else live
     done: list[str] = []
     for row in store.runs_to_recover(live):
+        if row["run_id"] in skip:
+            continue
         _crash_point()
         try:
-            stored = _repair_run(store, conversations, row, live)
+            stored = _repair_run(store, conversations, row)
         except StoreError as exc:  # a full disk: the run stays unfinished, the next check repairs it
             log.error("relay: could not recover run %s: %s", row["run_id"], exc.message)
             break
@@ -76,7 +85,8 @@ def recover(store: Store, conversations: ConversationStore, events: Any) -> list
         _crash_point()
         try:
             with store.transaction():
-                orphans = store.pending_permissions(live=live)
+                orphans = [p for p in store.pending_permissions(live=store.live_owners())
+                           if p.get("run_id") not in skip]
                 stored = store.append_events_framed([_resolved(p) for p in orphans]) if orphans else None
         except StoreError as exc:
             log.error("relay: could not resolve permission requests of a stopped broker: %s", exc.message)
@@ -87,13 +97,16 @@ def recover(store: Store, conversations: ConversationStore, events: Any) -> list
     return done
 
 
-def _repair_run(store: Store, conversations: ConversationStore, row: dict[str, Any], live: set[str]) -> Any:
+def _repair_run(store: Store, conversations: ConversationStore, row: dict[str, Any]) -> Any:
     """One run, one transaction. None when the run was no longer unfinished (another broker's
-    recovery got there first)."""
+    recovery got there first) or its owner is alive after all (judged inside the transaction)."""
     run_id = row["run_id"]
+    owner = row.get("owner")
     with store.transaction():
         current = store.get_run(run_id)
         if current is None or current.get("finished_at") is not None:
+            return None
+        if owner is not None and owner in store.live_owners():
             return None
         finished = {c["call_id"]: c["outcome"] for c in current.get("calls") or []
                     if isinstance(c.get("outcome"), dict)}

@@ -110,16 +110,21 @@ class LeasesMixin(Database):
     lease_ttl: float = DEFAULT_LEASE_TTL
 
     def acquire_lease(self, ttl: float = DEFAULT_LEASE_TTL) -> str:
-        """Take a lease for this process; returns the new owner id."""
+        """Take a lease for this process; returns the new owner id.
+
+        The owner id is this store's before the row is written: when the write fails (a full disk at
+        start, StorageUnavailable raised) the broker still owns what it makes, and the next successful
+        :meth:`probe_write` (the lease renewal, an upsert) writes the row. Without an owner id a live
+        broker's runs were stored with owner None, which recovery reads as "a dead broker's"."""
         if not ttl > 0:
             raise ValueError("lease ttl must be positive")
         owner = "own_" + secrets.token_hex(8)
+        self.owner_id, self.lease_ttl = owner, float(ttl)
         now = self.now()
         with self.transaction() as conn:
             conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
                          "VALUES (?,?,?,?,?,?,?)",
                          (owner, host_identity(), os.getpid(), process_start(os.getpid()), now, now, float(ttl)))
-        self.owner_id, self.lease_ttl = owner, float(ttl)
         return owner
 
     def renew_lease(self) -> None:
@@ -172,9 +177,17 @@ class LeasesMixin(Database):
         return alive
 
     def forget_dead_leases(self, live: Iterable[str] | None = None) -> int:
-        """Delete the lease rows of dead owners (after their things were recovered). Returns how many."""
-        keep = set(self.live_owners() if live is None else live)
-        dead = [r["owner_id"] for r in self.leases() if r["owner_id"] not in keep]
+        """Delete the lease rows of dead owners (after their things were recovered). Returns how many.
+
+        Without ``live``, each row is judged from the same read that lists it: a lease another broker
+        took after a live set was computed is never taken for a dead one (it was, when the live set
+        and the rows came from two reads)."""
+        if live is None:
+            now = self.now()
+            dead = [r["owner_id"] for r in self.leases() if not owner_alive(r, now, me=self.owner_id)]
+        else:
+            keep = set(live)
+            dead = [r["owner_id"] for r in self.leases() if r["owner_id"] not in keep]
         if not dead:
             return 0
         with self.transaction() as conn:

@@ -1008,12 +1008,13 @@ class PostgresStore(PgDatabase):
         if not ttl > 0:
             raise ValueError("lease ttl must be positive")
         owner = "own_" + secrets.token_hex(8)
+        # owned before the row is written: a failed write leaves the id for renew_lease to write (leases.py)
+        self.owner_id, self.lease_ttl = owner, float(ttl)
         now = self.now()
         with self.transaction() as conn:
             conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
                          "VALUES (%s, %s, %s, %s, %s, %s, %s)",
                          (owner, host_identity(), os.getpid(), process_start(os.getpid()), now, now, float(ttl)))
-        self.owner_id, self.lease_ttl = owner, float(ttl)
         return owner
 
     def renew_lease(self) -> None:
