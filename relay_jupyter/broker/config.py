@@ -114,6 +114,10 @@ class BrokerConfig(BaseModel):
     user: str | None = None
     """The user this broker's notebooks belong to (team membership); None: ``$JUPYTERHUB_USER``, else the
     login name. Origins ``user:<name>/...`` name their own user."""
+    hub_service_url: str | None = None
+    """``http://host:port/services/<name>/``: the JupyterHub service that is the hub's one broker
+    (server/hub_service.py). Set (or ``$RELAY_HUB_SERVICE_URL``), a single-user server's extension is a
+    thin client: no broker, no keys, no store; its kernels talk to the service with the user's hub token."""
     read_roots: tuple[str, ...] = ("{notebook_dir}",)
     """Directories (relative to the Jupyter root) a ``scratch_pull`` reads without a card; elsewhere a pull
     is a write (one click). ``{notebook_dir}``: the calling notebook's own directory (daemon clients have

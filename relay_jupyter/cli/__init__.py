@@ -15,7 +15,7 @@ from .. import __version__
 from ..core.errors import RelayError
 
 # Modules that contribute subcommands, in help order. Each has register(subparsers).
-_GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams")
+_GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams", "hub")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -203,6 +203,14 @@ class BudgetLedger:
         self._buckets: dict[str, TokenBucket] = {}
 
     # -- rate ------------------------------------------------------------------------------
+    def use_teams(self, teams_for: Callable[[str], list[Team]],
+                  transaction: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
+        """Resolve an origin's teams with ``teams_for`` from now on (the JupyterHub service: a user's hub
+        groups name their teams, learned with each token); ``transaction``: the store's, when not set yet."""
+        self._teams_for = teams_for
+        if transaction is not None:
+            self._transaction = transaction
+
     def _bucket(self, origin: str, rpm: float) -> TokenBucket:
         # One bucket per origin, outliving grants: it counts the origin's recent requests, and the
         # current grant's limit only decides how many are allowed. Keyed by origin, not by grant, so a

@@ -159,11 +159,13 @@ class Teams:
     def get(self, name: str) -> Team | None:
         return self._teams.get(name)
 
-    def of_user(self, user: str | None) -> list[Team]:
-        """The teams ``user`` is a member of, by name."""
+    def of_user(self, user: str | None, groups: Iterable[str] = ()) -> list[Team]:
+        """The teams ``user`` is a member of, by name: listed in ``members``, or in a group of the same name
+        as the team (``groups``: the user's JupyterHub groups, which the hub service learns with each token)."""
         if user is None:
             return []
-        return [t for t in self if user in t.members]
+        named = frozenset(groups)
+        return [t for t in self if user in t.members or t.name in named]
 
     def with_budget(self, name: str, budget: TeamBudget) -> Teams:
         """A copy with team ``name``'s budget replaced (``jupyter relay budget set --team``)."""
@@ -185,11 +187,15 @@ def default_user() -> str | None:
         return None
 
 
-def teams_for_origin(teams: Teams, user: str | None) -> Callable[[str], list[Team]]:
+def teams_for_origin(teams: Teams, user: str | None,
+                     groups_of: Callable[[str], Iterable[str]] | None = None) -> Callable[[str], list[Team]]:
     """``origin -> teams`` for :class:`~relay_jupyter.core.budgets.BudgetLedger`: the teams of the
-    origin's user (``user:<name>/…``), else of ``user`` (the broker's)."""
+    origin's user (``user:<name>/…``), else of ``user`` (the broker's). ``groups_of(user)``: the user's
+    JupyterHub groups (a hub group is the team of the same name; the hub service passes it)."""
     def of(origin: str) -> list[Team]:
-        return teams.of_user(user_of_origin(origin, user))
+        who = user_of_origin(origin, user)
+        groups = groups_of(who) if (groups_of is not None and who is not None) else ()
+        return teams.of_user(who, groups)
 
     return of
 

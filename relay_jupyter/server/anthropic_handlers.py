@@ -13,20 +13,18 @@ from tornado import web
 from .anthropic_endpoint import AnthropicEndpoint, proxy_credential
 from .handlers import RelayJupyterHandler
 
-__all__ = ["AnthropicCountTokensHandler", "AnthropicMessagesHandler", "AnthropicModelsHandler", "ProxyAuth",
+__all__ = ["AnthropicCountTokensHandler", "AnthropicMessagesHandler", "AnthropicModelsHandler",
            "anthropic_handlers"]
 
 
-class ProxyAuth(RelayJupyterHandler):
-    """Kernel credential as an SDK's API key; anything else is a 401 in the wire's error shape (the model
-    endpoint mixin before this class in the MRO gives ``_refuse_early`` and ``credential_hint``)."""
-
-    credential_hint: str
+class _ProxyAuth(RelayJupyterHandler):
+    """Kernel credential as an Anthropic key; anything else is a 401 with the SDKs' error shape."""
 
     async def prepare(self) -> None:  # type: ignore[override]
         credential = proxy_credential(self.request.headers)
         if not credential:
-            self._refuse_early(401, "authentication_error", self.credential_hint)
+            self._refuse_early(401, "authentication_error",
+                               "send this kernel's RELAY_KERNEL_CREDENTIAL as the API key (x-api-key)")
             return
         try:
             await self._prepare_kernel(credential)
@@ -38,21 +36,21 @@ class ProxyAuth(RelayJupyterHandler):
         self.check_body_size()
 
 
-class AnthropicMessagesHandler(AnthropicEndpoint, ProxyAuth):
+class AnthropicMessagesHandler(AnthropicEndpoint, _ProxyAuth):
     @web.authenticated
     @authorized
     async def post(self) -> None:
         await self.relay_messages()
 
 
-class AnthropicCountTokensHandler(AnthropicEndpoint, ProxyAuth):
+class AnthropicCountTokensHandler(AnthropicEndpoint, _ProxyAuth):
     @web.authenticated
     @authorized
     async def post(self) -> None:
         await self.relay_messages(count_tokens=True)
 
 
-class AnthropicModelsHandler(AnthropicEndpoint, ProxyAuth):
+class AnthropicModelsHandler(AnthropicEndpoint, _ProxyAuth):
     @web.authenticated
     @authorized
     async def get(self) -> None:
@@ -66,6 +64,3 @@ def anthropic_handlers() -> list[tuple[str, type[web.RequestHandler]]]:
         (r"/relay/anthropic/v1/messages/count_tokens", AnthropicCountTokensHandler),
         (r"/relay/anthropic/v1/models", AnthropicModelsHandler),
     ]
-
-
-_ProxyAuth = ProxyAuth  # the name before the OpenAI-compatible endpoint shared it

@@ -25,9 +25,7 @@ from ..core.errors import ConfigRefusal
 from ..protocol.run_choices import BACKEND_NAMES, ENGINE_NAMES
 from ..broker.kernel_bridge import end_kernel
 from ..broker.anthropic_proxy import AnthropicProxy
-from ..broker.openai_proxy import OpenAIProxy
 from .anthropic_handlers import anthropic_handlers
-from .openai_handlers import openai_handlers
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
@@ -107,6 +105,10 @@ class RelayApp(ExtensionApp):
                                    "tokens_per_month, cost_per_month_usd}} (docs/multi-user.md).")
     user = Unicode("", config=True, help="The user whose teams this server's notebooks draw from "
                                           "(default: $JUPYTERHUB_USER, else the login name).")
+    hub_service_url = Unicode("", config=True,
+                              help="http://host:port/services/<name>/ of the relay JupyterHub service (else "
+                                   "$RELAY_HUB_SERVICE_URL): this server is then a thin client, with no broker, "
+                                   "keys or store of its own (docs/multi-user.md).")
     pricing = Dict(config=True, help="Per-model price overrides, USD per million tokens: "
                                       "{model: {input, output, cache_write, cache_read}}.")
     default_model = Unicode("claude-sonnet-4-5", config=True, help="Model used when a run names none.")
@@ -156,6 +158,8 @@ class RelayApp(ExtensionApp):
         file, ...) stops the server with one line naming the setting: failing closed, not a server
         whose agent silently does not work (or sends a key in clear text)."""
         _route_relay_logs(self.serverapp.log)
+        if self._init_thin_client():
+            return
         try:
             self.broker = Broker.open(self.broker_config())
             install_components(self.broker, jupyter_root=Path(self.serverapp.root_dir))
@@ -165,9 +169,8 @@ class RelayApp(ExtensionApp):
         _log.debug("relay: broker open for the Jupyter root %s", self.serverapp.root_dir)
         self.kernel_credentials = KernelCredentials()
         self.anthropic_proxy = AnthropicProxy(self.broker)
-        self.openai_proxy = OpenAIProxy(self.broker)
         self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials,
-                              "relay_anthropic_proxy": self.anthropic_proxy, "relay_openai_proxy": self.openai_proxy})
+                              "relay_anthropic_proxy": self.anthropic_proxy})
         install_kernel_env_hook(
             self.serverapp.kernel_manager, self.kernel_credentials,
             relay_url=self._relay_url,
@@ -180,6 +183,27 @@ class RelayApp(ExtensionApp):
         self._pruner.start()
         self.log.info("relay-jupyter broker ready at %srelay/", self.serverapp.base_url)
 
+    def _init_thin_client(self) -> bool:
+        """On a JupyterHub with the relay service: no broker here; kernels get the service's URL and the
+        user's hub token (server/hub_service.py). False when no service is configured."""
+        from .hub_service import install_thin_kernel_env_hook, thin_client_url
+
+        try:
+            url = thin_client_url(self.hub_service_url)
+        except ConfigRefusal as exc:
+            self.log.critical("relay: %s [%s]", exc.message, exc.code.value)
+            raise SystemExit(2) from None
+        if url is None:
+            return False
+        self.thin_client_url = url
+        token = getattr(self.serverapp.identity_provider, "token", "") or ""
+        secret_values = [v for v in (token, self.anthropic_api_key, self.openai_api_key) if v]
+        install_thin_kernel_env_hook(
+            self.serverapp.kernel_manager, url, token=lambda: os.environ.get("JUPYTERHUB_API_TOKEN"),
+            secret_names=self.secret_env_vars, secret_values=lambda: secret_values)
+        self.log.info("relay-jupyter: thin client of the JupyterHub service at %s (no broker in this server)", url)
+        return True
+
     def _kernel_ended(self, kernel_id: str, reason: str) -> None:
         ended = end_kernel(self.broker, f"kernel:{kernel_id}", reason)
         if ended["withdrawn"] or ended["cancelled_runs"]:
@@ -188,21 +212,24 @@ class RelayApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Connect MCP servers in the background: a slow server must not delay Jupyter's start."""
+        if getattr(self, "broker", None) is None:  # a thin client of the hub service: nothing to start
+            return
         self._mcp_start = asyncio.ensure_future(start_components(self.broker))
 
     def initialize_handlers(self) -> None:
-        """Mount the relay endpoints under ``{base_url}relay/``."""
-        self.handlers.extend(relay_handlers() + anthropic_handlers() + openai_handlers())
+        """Mount the relay endpoints under ``{base_url}relay/`` (none in a thin client: the hub service serves them)."""
+        if getattr(self, "thin_client_url", None):
+            return
+        self.handlers.extend(relay_handlers() + anthropic_handlers())
 
     async def stop_extension(self) -> None:
         """Deny pending permission requests and close storage."""
         pruner: Any = getattr(self, "_pruner", None)
         if pruner is not None:
             pruner.stop()
-        for attr in ("anthropic_proxy", "openai_proxy"):
-            proxy: AnthropicProxy | OpenAIProxy | None = getattr(self, attr, None)
-            if proxy is not None:
-                await proxy.aclose()
+        proxy: AnthropicProxy | None = getattr(self, "anthropic_proxy", None)
+        if proxy is not None:
+            await proxy.aclose()
         broker: Broker | None = getattr(self, "broker", None)
         if broker is not None:
             await stop_components(broker)

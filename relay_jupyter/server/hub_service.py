@@ -1,0 +1,392 @@
+"""The broker as a JupyterHub-managed service: one broker for the hub, under its own OS user (issue 15 item 4).
+
+JupyterHub starts it from a ``c.JupyterHub.services`` entry (docs/multi-user.md)::
+
+    c.JupyterHub.services = [{
+        "name": "relay",
+        "user": "relaysvc",                      # a dedicated system user: the keys live in its files only
+        "url": "http://127.0.0.1:10101",
+        "command": ["/opt/relay/bin/python", "-m", "relay_jupyter.cli", "hub-service"],
+    }]
+
+and gives it, in its environment, ``JUPYTERHUB_SERVICE_NAME``, ``JUPYTERHUB_SERVICE_URL`` (where to
+listen), ``JUPYTERHUB_SERVICE_PREFIX`` (``/services/relay/``: the proxy does not strip it),
+``JUPYTERHUB_API_URL`` and ``JUPYTERHUB_API_TOKEN`` (the service's own token, never logged).
+
+Who is calling: every request carries a JupyterHub token (``Authorization: token …`` or ``Bearer …``;
+the Anthropic endpoint also takes it as ``x-api-key``). :class:`HubGate` asks the hub who it belongs to
+(``jupyterhub.services.auth.HubAuth.user_for_token``: ``GET /hub/api/user`` with that token, results
+cached ``HUB_AUTH_CACHE_SECONDS``), requires a *user* token holding ``access:services!service=<name>``,
+and maps it to the origin ``user:<name>/notebook:<path>`` (``<path>``: the kernel's
+``X-Relay-Client: kernel:<notebook>``; any other client name gives ``user:<name>/client:<label>``).
+The notebook is a label within one user (all of a user's kernels hold the same token and run as the
+same OS user), the user is the boundary: one user's token never acts on another's origins.
+
+Team budgets: a team of ``c.RelayApp.teams`` draws from the members listed there *and* from the members
+of the hub group of the same name (the groups come with each token's user model).
+
+A user's single-user server finds the service through ``c.RelayApp.hub_service_url`` or
+``$RELAY_HUB_SERVICE_URL`` and becomes a thin client (:func:`install_thin_kernel_env_hook`; no
+broker, no keys, no store in the user's server): each kernel gets ``RELAY_URL`` (the service) and
+``RELAY_TOKEN`` (the user's own hub token, which its kernels could read from the server anyway).
+
+SIGINT and SIGTERM stop it gracefully (the hub stops services with SIGINT, and a service started from a
+non-interactive shell would otherwise ignore it): listener closed, connections closed, pending
+permission requests denied, store closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.ioloop import PeriodicCallback
+from tornado.netutil import bind_sockets
+
+from ..broker.assembly import install_components, start_components, stop_components
+from ..broker.broker import Broker
+from ..broker.config import BrokerConfig
+from ..core.caller import Caller, CallerKind
+from ..core.errors import Code, ConfigRefusal
+from ..storage.paths import data_dir as default_data_dir
+from ..storage.paths import ensure_private_dir
+from .daemon_auth import CLIENT_NAME, URL_TOKEN_BODY, AuthLog, url_has_credentials
+from .kernel_auth import ENV_CREDENTIAL, ENV_URL, scrub_env
+from .plain import make_app, refuse
+
+__all__ = [
+    "ENV_HUB_SERVICE_URL",
+    "HUB_AUTH_CACHE_SECONDS",
+    "HubEnv",
+    "HubGate",
+    "hub_origin",
+    "install_thin_kernel_env_hook",
+    "run_hub_service",
+    "serve_hub_service",
+    "thin_client_url",
+]
+
+log = logging.getLogger("relay_jupyter.hub")
+
+#: Where a single-user server finds the hub service when ``c.RelayApp.hub_service_url`` is not set
+#: (``c.Spawner.environment = {"RELAY_HUB_SERVICE_URL": "http://127.0.0.1:10101/services/relay/"}``).
+ENV_HUB_SERVICE_URL = "RELAY_HUB_SERVICE_URL"
+#: How long the hub's answer about a token is reused (a revoked token works this long at most).
+HUB_AUTH_CACHE_SECONDS = 30
+_SHUTDOWN_GRACE = 5.0
+_PRUNE_EVERY_MS = 3_600_000
+_JSON = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
+_HUB_DOWN_BODY = b'{"message": "cannot check the token with JupyterHub right now; retry"}'
+_NOT_A_USER_BODY = b'{"message": "a JupyterHub user token is needed (this token belongs to no user)"}'
+
+
+@dataclass(frozen=True)
+class HubEnv:
+    """What JupyterHub tells a managed service in its environment."""
+
+    name: str
+    api_url: str
+    api_token: str = field(repr=False)
+    host: str
+    port: int
+    prefix: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> HubEnv:
+        """Read ``JUPYTERHUB_SERVICE_NAME``, ``_SERVICE_URL``, ``_SERVICE_PREFIX``, ``_API_URL``, ``_API_TOKEN``.
+
+        Raises:
+            ConfigRefusal: CONFIG_INVALID naming the missing or malformed variable (one line).
+        """
+        env = os.environ if environ is None else environ
+        missing = [n for n in ("JUPYTERHUB_SERVICE_NAME", "JUPYTERHUB_SERVICE_URL", "JUPYTERHUB_API_URL",
+                               "JUPYTERHUB_API_TOKEN") if not env.get(n, "").strip()]
+        if missing:
+            raise ConfigRefusal(Code.CONFIG_INVALID,
+                                f"hub-service runs as a JupyterHub-managed service: {', '.join(missing)} not set "
+                                "(start it from c.JupyterHub.services; docs/multi-user.md)")
+        name = env["JUPYTERHUB_SERVICE_NAME"].strip()
+        url = env["JUPYTERHUB_SERVICE_URL"].strip()
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            port = None
+            parts = None  # type: ignore[assignment]
+        if parts is None or parts.scheme != "http" or not parts.hostname or port is None:
+            raise ConfigRefusal(Code.CONFIG_INVALID,
+                                f"JUPYTERHUB_SERVICE_URL must be http://HOST:PORT (got {url[:80]!r}); give the "
+                                "service entry a \"url\"")
+        prefix = env.get("JUPYTERHUB_SERVICE_PREFIX", "").strip() or f"/services/{name}/"
+        if not prefix.endswith("/"):
+            prefix += "/"
+        return cls(name=name, api_url=env["JUPYTERHUB_API_URL"].strip(), api_token=env["JUPYTERHUB_API_TOKEN"].strip(),
+                   host=parts.hostname, port=port, prefix=prefix)
+
+    @property
+    def access_scope(self) -> str:
+        """The scope a user's token needs to reach this service."""
+        return f"access:services!service={self.name}"
+
+
+def hub_origin(user: str, client_name: str) -> str:
+    """``user:<name>/notebook:<path>`` for a kernel client (``kernel:<path>``), else ``user:<name>/client:<label>``."""
+    if client_name.startswith("kernel:") and len(client_name) > len("kernel:"):
+        return f"user:{user}/notebook:{client_name[len('kernel:'):]}"
+    return f"user:{user}/client:{client_name}"
+
+
+def _token_of(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() not in ("token", "bearer") or not value or " " in value or len(value) > 512:
+        return None
+    return value if value.isascii() and value.isprintable() else None
+
+
+class HubGate:
+    """``resolve_caller`` for :func:`relay_jupyter.server.plain.make_app`: a JupyterHub token -> a user's caller.
+
+    No cooldown by peer address (unlike the daemon's TCP gate): every user's kernels share 127.0.0.1, so
+    one user's failures would lock every other user out; hub tokens are 32 random bytes, not guessable.
+    ``hub_auth`` is a ``jupyterhub.services.auth.HubAuth`` (any object with an async
+    ``user_for_token(token, sync=False)``).
+    """
+
+    def __init__(self, hub_auth: Any, access_scope: str, *, auth_log: AuthLog | None = None) -> None:
+        self.hub_auth = hub_auth
+        self.access_scope = access_scope
+        self.auth_log = auth_log
+        self._groups: dict[str, frozenset[str]] = {}
+
+    def groups_of(self, user: str) -> frozenset[str]:
+        """The user's hub groups as last seen with one of their tokens (empty before that)."""
+        return self._groups.get(user, frozenset())
+
+    def _log(self, outcome: str, handler: web.RequestHandler, **extra: Any) -> None:
+        if self.auth_log is not None:
+            self.auth_log.event(outcome, "hub", {"ip": handler.request.remote_ip or "?"},
+                                path=handler.request.path[:200], **extra)
+
+    async def __call__(self, handler: web.RequestHandler) -> Caller | None:
+        request = handler.request
+        if url_has_credentials(request.query_arguments):
+            self._log("refused", handler, reason="token_in_url")
+            refuse(handler, 400, URL_TOKEN_BODY, _JSON)
+            return None
+        token = _token_of(request.headers.get("Authorization"))
+        if token is None:
+            self._log("refused", handler, reason="missing" if "Authorization" not in request.headers else "malformed")
+            return None
+        try:
+            model = await self.hub_auth.user_for_token(token, sync=False)
+        except Exception:  # the hub is down or refused the service itself: fail closed, say so, never a traceback
+            log.warning("checking a token with JupyterHub failed", exc_info=log.isEnabledFor(logging.DEBUG))
+            refuse(handler, 503, _HUB_DOWN_BODY, _JSON)
+            return None
+        if not model:
+            self._log("refused", handler, reason="wrong")
+            return None
+        name = model.get("name")
+        if model.get("kind", "user") != "user" or not isinstance(name, str) or not name \
+                or "/" in name or not name.isprintable() or len(name) > 256:
+            self._log("refused", handler, reason="not_a_user")
+            refuse(handler, 403, _NOT_A_USER_BODY, _JSON)
+            return None
+        if not self._has_scope(model):
+            self._log("refused", handler, reason="scope")
+            refuse(handler, 403, json.dumps({"message": f"this token lacks the scope {self.access_scope}"}).encode(),
+                   _JSON)
+            return None
+        client = request.headers.get("X-Relay-Client", "default")
+        if not CLIENT_NAME.match(client):
+            refuse(handler, 400, b'{"message": "X-Relay-Client must be 1-64 of [A-Za-z0-9_.:-]"}', _JSON)
+            return None
+        groups = model.get("groups")
+        if isinstance(groups, list):
+            self._groups[name] = frozenset(g for g in groups if isinstance(g, str))
+        origin = hub_origin(name, client)
+        return Caller(kind=CallerKind.DAEMON, origin=origin, client_id=f"user:{name}/{client}", user=name)
+
+    def _has_scope(self, model: Mapping[str, Any]) -> bool:
+        from jupyterhub.services.auth import check_scopes
+
+        scopes = model.get("scopes")
+        if not isinstance(scopes, list):
+            return False
+        return bool(check_scopes({self.access_scope}, set(scopes)))
+
+
+def make_hub_auth(env: HubEnv, cache_seconds: int = HUB_AUTH_CACHE_SECONDS) -> Any:
+    """A ``HubAuth`` for the service's own token and API URL."""
+    from jupyterhub.services.auth import HubAuth
+
+    return HubAuth(api_token=env.api_token, api_url=env.api_url, cache_max_age=cache_seconds)
+
+
+# --------------------------------------------------------------------------------------- the service process
+
+class _HubService:
+    def __init__(self, config: BrokerConfig, env: HubEnv) -> None:
+        self.config = config
+        self.env = env
+        self.stopping = asyncio.Event()
+
+    async def run(self) -> int:
+        os.umask(0o077)  # the service user's files (store, audit, logs) are its own
+        config = self.config
+        root = ensure_private_dir(Path(config.data_dir)) if config.data_dir else default_data_dir()
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[relay %(levelname)s] %(message)s"))
+        top = logging.getLogger("relay_jupyter")
+        top.setLevel(logging.INFO)
+        top.addHandler(handler)
+        auth_log = AuthLog(ensure_private_dir(root / "logs") / "auth.jsonl")
+        if not config.in_memory:
+            config = config.model_copy(update={"data_dir": root, "audit_file": "audit-hub.jsonl"})
+        gate = HubGate(make_hub_auth(self.env), self.env.access_scope, auth_log=auth_log)
+        broker: Broker | None = None
+        server: HTTPServer | None = None
+        try:
+            try:
+                socks = bind_sockets(self.env.port, address=self.env.host, family=socket.AF_UNSPEC)
+            except OSError as exc:
+                raise ConfigRefusal(Code.CONFIG_INVALID, f"cannot listen on {self.env.host}:{self.env.port}: "
+                                                         f"{exc.strerror}") from None
+            try:
+                broker = Broker.open(config)
+            except BaseException:
+                for sock in socks:
+                    sock.close()
+                raise
+            if config.teams:  # a hub group is the team of the same name
+                from ..core.teams import Teams, teams_for_origin
+
+                broker.ledger.use_teams(teams_for_origin(Teams.from_config(config.teams), None, gate.groups_of),
+                                        broker.store.transaction)
+            # the service cannot write the users' files (another OS user): pushes land in its own directory
+            workspace_root = ensure_private_dir(root / "hub-root")
+            install_components(broker, jupyter_root=workspace_root)
+            self.mcp_start = asyncio.ensure_future(start_components(broker))
+            app = make_app(broker, gate, prefix=self.env.prefix + "relay/")
+            server = HTTPServer(app)
+            server.add_sockets(socks)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stopping.set)
+            pruner = PeriodicCallback(broker.prune_events, _PRUNE_EVERY_MS)
+            pruner.start()
+            address = f"http://{self.env.host}:{self.env.port}{self.env.prefix}relay/"
+            log.info("relay hub service %r (pid %d, user %s) listening on %s; data in %s", self.env.name,
+                     os.getpid(), _login(), address, root)
+            print(f"relay hub service listening on {address}", flush=True)
+            await self.stopping.wait()
+            pruner.stop()
+            log.info("relay hub service stopping (signal)")
+        finally:
+            if server is not None:
+                server.stop()
+                try:
+                    async with asyncio.timeout(_SHUTDOWN_GRACE):
+                        await server.close_all_connections()
+                except TimeoutError:
+                    log.warning("some connections did not close within %.0f s", _SHUTDOWN_GRACE)
+            if broker is not None:
+                try:
+                    await stop_components(broker)
+                except Exception:  # shutting down: a failing MCP server must not keep the store open
+                    log.warning("stopping runs and MCP servers failed", exc_info=True)
+                broker.close()
+            auth_log.close()
+            top.removeHandler(handler)
+        return 0
+
+
+def _login() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+async def serve_hub_service(config: BrokerConfig, env: HubEnv | None = None) -> int:
+    """Run the hub service until SIGINT/SIGTERM. Returns the exit status."""
+    return await _HubService(config, env or HubEnv.from_env()).run()
+
+
+def run_hub_service(config: BrokerConfig, env: HubEnv | None = None) -> int:
+    """Blocking :func:`serve_hub_service`."""
+    hub_env = env or HubEnv.from_env()  # refuse a missing hub environment before anything starts
+    return asyncio.run(serve_hub_service(config, hub_env))
+
+
+# --------------------------------------------------------------------------------- the thin client (user side)
+
+def thin_client_url(configured: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The hub service's base URL (``…/services/<name>/``) a single-user server should use, or None.
+
+    ``configured`` (``c.RelayApp.hub_service_url``) wins over ``$RELAY_HUB_SERVICE_URL``.
+
+    Raises:
+        ConfigRefusal: CONFIG_INVALID for a URL that is not ``http(s)://host[:port]/path/``.
+    """
+    env = os.environ if environ is None else environ
+    url = (configured or env.get(ENV_HUB_SERVICE_URL, "")).strip()
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query \
+            and not parts.username and (parts.port or True)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"hub_service_url must be http://host:port/services/<name>/ "
+                                                 f"(got {url[:80]!r})")
+    return url if url.endswith("/") else url + "/"
+
+
+def install_thin_kernel_env_hook(kernel_manager: Any, service_url: str, *, token: Callable[[], str | None],
+                                 secret_names: Iterable[str], secret_values: Callable[[], Iterable[str]]) -> None:
+    """Wrap ``kernel_manager.start_kernel``: every new kernel gets a scrubbed environment with ``RELAY_URL``
+    (``<service_url>relay/``) and ``RELAY_TOKEN`` (``token()``: the user's hub token), so the kernel's
+    ``%%agent`` talks to the hub service (kernel/discovery.py: ``RELAY_URL`` + ``RELAY_TOKEN`` -> Bearer).
+
+    No kernel credential is issued: the service authenticates the user's hub token, not a kernel."""
+    original = kernel_manager.start_kernel
+    if getattr(original, "_relay_wrapped", False):
+        return
+    names = tuple(secret_names)
+
+    async def start_kernel(*args: Any, **kwargs: Any) -> str:
+        kernel_id = kwargs.get("kernel_id")
+        if kernel_id is not None and kernel_id in kernel_manager:
+            return await original(*args, **kwargs)
+        base = kwargs.get("env")
+        env = scrub_env(os.environ if base is None else base, names=names, values=secret_values())
+        env.pop(ENV_CREDENTIAL, None)
+        env[ENV_URL] = service_url + "relay/"
+        value = token()
+        if value:
+            env["RELAY_TOKEN"] = value
+        kwargs["env"] = env
+        return await original(*args, **kwargs)
+
+    start_kernel._relay_wrapped = True  # type: ignore[attr-defined]
+    kernel_manager.start_kernel = start_kernel

@@ -1,0 +1,216 @@
+"""The broker as a JupyterHub-managed service under its own system user (issue 15 item 4): one real hub
+(dummy authenticator, configurable-http-proxy), the relay service as ``relayt-svc``, real system users.
+
+- a user's hub token reaches the broker (through the hub's proxy and directly) and gets the origin
+  ``user:<name>/notebook:<path>``; a missing, wrong, or scope-less token is refused;
+- another user's token cannot see, revoke or spend the first user's grants, budget or audit;
+- hub groups are teams: alice's spend is gone from bob's team budget (group ``ml``), carol has no team;
+- a process of the user (what their kernel code can do) cannot read the service's key, settings, store
+  or environment;
+- a single-user Jupyter server that finds the service is a thin client: no relay endpoints of its own, its
+  kernel's ``relay.budget()`` is answered by the service for the user's origin.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text
+
+from .hub_rig import KEY, SERVICE, Hub, require_peers, run_as
+
+pytestmark = [pytest.mark.hub, pytest.mark.slow]
+
+TEAM_LIMIT = 10_000_000
+ALICE, BOB, CAROL = "relayt-alice", "relayt-bob", "relayt-carol"
+ACCESS = f"access:services!service={SERVICE}"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeAnthropic(api_key=KEY) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def hub(fake):
+    require_peers()
+    # team "ml" lists no members: its members are the hub group "ml" (alice and bob)
+    with Hub(fake.base_url, teams={"ml": {"tokens_per_day": TEAM_LIMIT}}) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def tokens(hub):
+    return {
+        ALICE: hub.token(ALICE, [ACCESS]),
+        BOB: hub.token(BOB, [ACCESS]),
+        CAROL: hub.token(CAROL, [ACCESS]),
+        "carol-no-access": hub.token(CAROL, ["read:users:name!user"]),
+    }
+
+
+def _grant(hub: Hub, token: str, client: str = "kernel:analysis.ipynb") -> dict:
+    reply = hub.rpc(token, "grants.create", {"tools": ["*"], "models": ["*"]}, client=client)
+    assert "result" in reply, reply
+    return reply["result"]["grant"]
+
+
+def _run(hub: Hub, token: str, prompt: str, client: str = "kernel:analysis.ipynb") -> dict:
+    import time
+
+    reply = hub.rpc(token, "run.start", {"conversation": "c1", "prompt": prompt}, client=client)
+    assert "result" in reply, reply
+    run_id = reply["result"]["run_id"]
+    deadline = time.monotonic() + 60
+    while True:
+        run = hub.rpc(token, "runs.get", {"run_id": run_id}, client=client)["result"]["run"]
+        if run["state"] != "running":
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.2)  # the run ends in the service process; polling its journal
+
+
+def test_a_users_token_gets_her_origin_and_other_tokens_are_refused(hub, tokens) -> None:
+    grant = _grant(hub, tokens[ALICE])
+    assert grant["origin"] == f"user:{ALICE}/notebook:analysis.ipynb"
+    # directly to the service too (kernels on the hub's host may skip the proxy)
+    direct = hub.rpc(tokens[ALICE], "grants.get", {}, via_proxy=False)
+    assert direct["result"]["grant"]["origin"] == grant["origin"]
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "grants.get", "params": {}}).encode()
+    no_token = hub.request("rpc", token=None, body=body)
+    wrong = hub.request("rpc", token="0" * 64, body=body)
+    assert no_token[0] == wrong[0] == 401 and no_token[1] == wrong[1]
+    status, raw = hub.request("rpc", token=tokens["carol-no-access"], body=body)
+    assert status == 403 and ACCESS.encode() in raw
+    # the service's own token is no user's
+    assert hub.request("rpc", token=hub.admin_token, body=body)[0] in (401, 403)
+    # a token in the URL is refused whatever it is
+    assert hub.request(f"rpc?token={tokens[ALICE]}", token=None, body=body)[0] == 400
+
+
+def test_another_user_cannot_see_or_spend_alices_grants(hub, tokens, fake) -> None:
+    alice_origin = _grant(hub, tokens[ALICE])["origin"]
+    bob = tokens[BOB]
+    # bob's notebook of the same name is his own origin: no grant there
+    assert hub.rpc(bob, "grants.get", {})["result"]["grant"] is None
+    assert hub.rpc(bob, "grants.list", {})["result"]["grants"] == []
+    for method, params in (("grants.get", {"origin": alice_origin}), ("grants.revoke", {"origin": alice_origin}),
+                           ("budget.get", {"origin": alice_origin}), ("audit.tail", {"origin": alice_origin}),
+                           ("grants.create", {"tools": ["*"], "models": ["*"], "origin": alice_origin})):
+        reply = hub.rpc(bob, method, params)
+        assert reply.get("error", {}).get("data", {}).get("code") == "UNAUTHORIZED", (method, reply)
+    # without a grant of his own, bob's run is refused: alice's grant is not his
+    sent = len(fake.requests)
+    run = _run(hub, bob, "spend alice's budget")
+    assert run["state"] != "done" and len(fake.requests) == sent, run  # nothing reached the model
+    assert hub.rpc(tokens[ALICE], "grants.get", {})["result"]["grant"]["origin"] == alice_origin  # untouched
+
+
+def test_hub_groups_are_teams_alices_spend_is_gone_from_bobs_team_budget(hub, tokens, fake) -> None:
+    _grant(hub, tokens[ALICE], client="kernel:team.ipynb")
+    before = hub.rpc(tokens[BOB], "budget.get", {})["result"]["usage"]
+    [team] = before["teams"]
+    assert team["team"] == "ml"
+    fake.enqueue(Reply(text("alice's answer"), usage=Usage(input_tokens=600, output_tokens=400)))
+    run = _run(hub, tokens[ALICE], "alice asks", client="kernel:team.ipynb")
+    # done: the service sent its own key (the fake answers 401 to any other); alice never had one
+    assert run["state"] == "done", run
+    after = hub.rpc(tokens[BOB], "budget.get", {})["result"]["usage"]
+    [team] = after["teams"]
+    assert team["day"]["tokens"] - before["teams"][0]["day"]["tokens"] == 1000
+    assert team["remaining_tokens"] == TEAM_LIMIT - team["day"]["tokens"]
+    # carol is in no hub group: no team budget
+    assert hub.rpc(tokens[CAROL], "budget.get", {})["result"]["usage"].get("teams", []) == []
+
+
+_PROBE = r"""
+import json, os, sys
+out = {}
+for name, path in json.loads(sys.argv[1] if len(sys.argv) > 1 else os.environ["PROBE"]).items():
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+        out[name] = "read"
+    except PermissionError:
+        out[name] = "denied"
+    except FileNotFoundError:
+        out[name] = "missing"
+print(json.dumps(out))
+"""
+
+
+def test_a_users_process_cannot_read_the_services_key_settings_store_or_environment(hub, tokens) -> None:
+    _grant(hub, tokens[ALICE])  # the store exists by now
+    pids = hub.service_pids()
+    assert pids, "the relay service runs as its own user"
+    store = next(p for p in hub.service_data.rglob("relay.db"))
+    targets = {"settings (holds the key)": str(hub.service_config), "store": str(store),
+               **{f"environ of {pid}": f"/proc/{pid}/environ" for pid in pids}}
+    assert KEY in hub.service_config.read_text()  # root can: the key is really there
+    seen = run_as(ALICE, _PROBE, env={"PROBE": json.dumps(targets)})
+    assert seen == {name: "denied" for name in targets}, seen
+
+
+def test_a_single_user_server_that_finds_the_service_is_a_thin_client(hub, tokens, fake, tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+    from real_server import RealServer
+
+    alice = tokens[ALICE]
+
+    class Thin(RealServer):
+        def env(self) -> dict[str, str]:
+            env = super().env()
+            env.update(JUPYTERHUB_API_TOKEN=alice, JUPYTERHUB_USER=ALICE, ANTHROPIC_API_KEY="sk-ant-not-for-kernels")
+            return env
+
+    with Thin(tmp_path, {"hub_service_url": f"{hub.url}/services/{SERVICE}/"}) as srv:
+        # no broker in the user's server: its relay endpoints are not mounted
+        import urllib.error
+        import urllib.request
+
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(srv.url + "relay/healthz",
+                                                          headers={"Authorization": "token relay-test-token"}),
+                                   timeout=10)
+        assert err.value.code == 404
+        kc = srv.kernel_for("thin.ipynb")
+        code = ("import os, json\n"
+                "print(json.dumps({k: os.environ.get(k) for k in ('RELAY_URL', 'RELAY_KERNEL_CREDENTIAL', "
+                "'ANTHROPIC_API_KEY', 'JUPYTERHUB_API_TOKEN')} | {'token': os.environ.get('RELAY_TOKEN') == "
+                f"{alice!r}}}))\n")
+        env = json.loads(_execute(kc, code).strip().splitlines()[-1])
+        assert env == {"RELAY_URL": f"{hub.url}/services/{SERVICE}/relay/", "RELAY_KERNEL_CREDENTIAL": None,
+                       "ANTHROPIC_API_KEY": None, "JUPYTERHUB_API_TOKEN": None, "token": True}
+        _execute(kc, "%load_ext relay_jupyter")
+        out = _execute(kc, "g = relay.connect(['*'])\nprint('ORIGIN', g['origin'])")
+        origin = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("ORIGIN "))
+        assert origin.startswith(f"user:{ALICE}/notebook:") and origin.endswith("thin.ipynb"), out
+        # %%agent in the thin server's kernel: the service runs it with its key and streams the answer back
+        fake.enqueue(Reply(text("an answer through the hub service"), usage=Usage(input_tokens=5, output_tokens=5)))
+        shown = _execute(kc, "%%agent\nsay something")
+        assert "an answer through the hub service" in shown, shown
+
+
+def _execute(kc, code: str, timeout: float = 60) -> str:
+    msg_id = kc.execute(code)
+    chunks: list[str] = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            chunks.append(content["text"])
+        elif kind in ("display_data", "update_display_data", "execute_result"):
+            data = content.get("data", {})
+            chunks.append(str(data.get("text/markdown") or data.get("text/html") or data.get("text/plain") or ""))
+        elif kind == "error":
+            raise AssertionError("\n".join(content["traceback"])[-3000:])
+        elif kind == "status" and content["execution_state"] == "idle":
+            return "".join(chunks)
+

@@ -1,0 +1,110 @@
+"""The hub service's pieces that need no hub: the service environment, origins, the thin client's URL,
+and SIGINT/SIGTERM handled by the service itself (the hub stops services with SIGINT; started from a
+non-interactive shell a process inherits SIGINT as ignored, so the service must install its own handler)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from relay_jupyter.core.errors import ConfigRefusal
+from relay_jupyter.core.teams import Team, Teams, TeamBudget, teams_for_origin
+from relay_jupyter.server.hub_service import HubEnv, hub_origin, thin_client_url
+
+HUB_ENV = {"JUPYTERHUB_SERVICE_NAME": "relay", "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:10101",
+           "JUPYTERHUB_API_URL": "http://127.0.0.1:8081/hub/api", "JUPYTERHUB_API_TOKEN": "svc-token-0123456789"}
+
+
+def test_service_environment_is_read_and_a_missing_one_is_one_line() -> None:
+    env = HubEnv.from_env(HUB_ENV)
+    assert (env.name, env.host, env.port, env.prefix) == ("relay", "127.0.0.1", 10101, "/services/relay/")
+    assert env.access_scope == "access:services!service=relay"
+    assert "svc-token" not in repr(env)  # the service's token is never shown
+    with pytest.raises(ConfigRefusal) as err:
+        HubEnv.from_env({k: v for k, v in HUB_ENV.items() if k != "JUPYTERHUB_API_TOKEN"})
+    assert "JUPYTERHUB_API_TOKEN" in err.value.message and "\n" not in err.value.message
+    with pytest.raises(ConfigRefusal) as err:
+        HubEnv.from_env({**HUB_ENV, "JUPYTERHUB_SERVICE_URL": "unix:///x"})
+    assert "JUPYTERHUB_SERVICE_URL" in err.value.message
+
+
+def test_origins_carry_the_user_and_the_notebook() -> None:
+    assert hub_origin("alice", "kernel:work/a.ipynb") == "user:alice/notebook:work/a.ipynb"
+    assert hub_origin("alice", "default") == "user:alice/client:default"
+    assert hub_origin("alice", "kernel:") == "user:alice/client:kernel:"
+
+
+def test_thin_client_url_from_config_or_environment() -> None:
+    assert thin_client_url("", {}) is None
+    assert thin_client_url("", {"RELAY_HUB_SERVICE_URL": "http://127.0.0.1:8000/services/relay"}) == \
+        "http://127.0.0.1:8000/services/relay/"
+    assert thin_client_url("http://hub:8000/services/r/", {"RELAY_HUB_SERVICE_URL": "http://x/"}) == \
+        "http://hub:8000/services/r/"
+    for bad in ("ftp://hub/services/r/", "http://user:pw@hub/services/r/", "http://hub/?token=x", "hub"):
+        with pytest.raises(ConfigRefusal):
+            thin_client_url(bad, {})
+
+
+def test_hub_groups_name_teams() -> None:
+    teams = Teams([Team(name="ml", budget=TeamBudget(tokens_per_day=10)),
+                   Team(name="ops", members=frozenset({"carol"}), budget=TeamBudget(tokens_per_day=5))])
+    groups = {"alice": ["ml", "unrelated"], "carol": []}
+    of = teams_for_origin(teams, None, lambda user: groups.get(user, ()))
+    assert [t.name for t in of("user:alice/notebook:a.ipynb")] == ["ml"]
+    assert [t.name for t in of("user:carol/notebook:a.ipynb")] == ["ops"]  # listed members still count
+    assert of("user:bob/notebook:a.ipynb") == []
+    assert of("notebook:a.ipynb") == []  # no user: no team
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_service_stops_on_sigint_and_sigterm_even_when_sigint_was_ignored(tmp_path: Path, sig) -> None:
+    pytest.importorskip("jupyterhub", reason="jupyterhub is not installed (pip install -e '.[test]')")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "JUPYTER"))}
+    env.update(HUB_ENV, JUPYTERHUB_SERVICE_URL=f"http://127.0.0.1:{port}", JUPYTER_DATA_DIR=str(tmp_path / "data"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
+               PYTHONUNBUFFERED="1")
+    config = tmp_path / "broker.json"
+    config.write_text('{"in_memory": true}')
+
+    def ignore_sigint() -> None:  # what a non-interactive shell does to a background job
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "relay_jupyter.cli", "hub-service", "--config", str(config)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=ignore_sigint)
+    try:
+        assert proc.stdout is not None
+        seen = b""
+        while b"listening on" not in seen:
+            line = proc.stdout.readline()
+            assert line, seen.decode(errors="replace")
+            seen += line
+        assert f"http://127.0.0.1:{port}/services/relay/relay/".encode() in seen
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (seen + rest).decode(errors="replace")
+        assert b"stopping (signal)" in rest
+        assert b"svc-token" not in seen + rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_outside_a_hub_the_command_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "JUPYTER"))}
+    env.update(JUPYTER_DATA_DIR=str(tmp_path / "d"), JUPYTER_CONFIG_DIR=str(tmp_path / "c"))
+    result = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "hub-service"], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "JUPYTERHUB_SERVICE_NAME" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
