@@ -42,7 +42,7 @@ from .base import (
 )
 from .capped import capped_client, transport_failure
 
-__all__ = ["OpenAIBackend", "chat_url", "to_openai_messages"]
+__all__ = ["OpenAIBackend", "ServerTokenizer", "chat_url", "server_root", "to_openai_messages"]
 
 _FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 _PROGRESS = Progress()
@@ -278,3 +278,88 @@ def _usage(raw: dict[str, Any]) -> TokenUsage:
     prompt = int(raw.get("prompt_tokens") or 0)
     return TokenUsage(input_tokens=max(prompt - cached, 0), output_tokens=int(raw.get("completion_tokens") or 0),
                       cache_read_input_tokens=cached)
+
+
+# ---- token counts from the server's own tokenizer (issue 12: estimates for local models) ---------------
+
+#: Text longer than this is not sent to the server to be counted (the conservative bound is used).
+MAX_TOKENIZE_CHARS = 1 << 20
+
+
+def server_root(base_url: str) -> str:
+    """The server's root from an OpenAI-compatible base URL (``http://h:p/v1`` -> ``http://h:p``)."""
+    base = base_url.rstrip("/")
+    if base.endswith("/chat/completions"):
+        base = base[: -len("/chat/completions")]
+    if base.endswith("/v1"):
+        base = base[:-3]
+    return base
+
+
+class ServerTokenizer:
+    """Counts tokens with the OpenAI-compatible server's own tokenizer when the server has one: llama.cpp's
+    ``llama-server`` (``POST /tokenize`` ``{"content"}`` -> ``{"tokens": [...]}``) or llama-cpp-python
+    (``POST /extras/tokenize/count`` ``{"input"}`` -> ``{"count"}``). Which one answers is learnt on first
+    use and remembered; a server with neither (OpenAI, vLLM without the route, Ollama) makes :meth:`count`
+    return None for good, and the caller uses the conservative bound (``core/budgets.estimate_text_tokens``).
+
+    Hand-written on ``httpx2``: no library speaks these two routes, and each is one small POST.
+    """
+
+    _ROUTES = (("/tokenize", "content"), ("/extras/tokenize/count", "input"))
+
+    def __init__(self, base_url: str, client: Any, headers: dict[str, str] | None = None,
+                 timeout: float = 10.0) -> None:
+        self._root = server_root(base_url)
+        self._client = client
+        self._headers = dict(headers or {})
+        self._timeout = timeout
+        self._route: tuple[str, str] | None = None
+        self._known = False  # True once a route answered, or every route failed
+
+    @property
+    def available(self) -> bool | None:
+        """True: the server counts; False: it cannot; None: not asked yet."""
+        if not self._known:
+            return None
+        return self._route is not None
+
+    async def count(self, text: str) -> int | None:
+        """The server's token count of ``text`` (special tokens such as BOS may be included: it never
+        undercounts), or None when the server has no tokenizer route, the text is too long or the
+        server failed to answer."""
+        if len(text) > MAX_TOKENIZE_CHARS or (self._known and self._route is None):
+            return None
+        routes = (self._route,) if self._route is not None else self._ROUTES
+        refused = 0
+        for route in routes:
+            assert route is not None
+            n = await self._ask(route, text)
+            if isinstance(n, int):
+                self._route, self._known = route, True
+                return n
+            refused += n == "refused"
+        if self._route is None and refused == len(self._ROUTES):
+            self._known = True  # the server answered both routes with an error: it has no tokenizer (asked once)
+        return None
+
+    async def _ask(self, route: tuple[str, str], text: str) -> int | str:
+        """The count, ``"refused"`` (the server answered, not with a count) or ``"failed"`` (no answer)."""
+        path, field = route
+        try:
+            resp = await self._client.post(self._root + path, json={field: text}, headers=self._headers,
+                                           timeout=self._timeout)
+        except Exception:  # noqa: BLE001 - a count is an optimisation: any failure means "use the bound"
+            return "failed"
+        if resp.status_code != 200:
+            return "refused"
+        try:
+            body = resp.json()
+        except ValueError:
+            return "refused"
+        if isinstance(body, dict) and isinstance(body.get("tokens"), list):
+            return len(body["tokens"])
+        count = body.get("count") if isinstance(body, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            return count
+        return "refused"

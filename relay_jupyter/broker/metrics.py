@@ -15,9 +15,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.ports import AuditSink
+from ..core.telemetry import TelemetryRow
 from ..core.types import AuditRecord
 
-__all__ = ["CONTENT_TYPE", "LAG_BUCKETS", "LAG_INTERVAL", "BrokerMetrics", "CountingAudit"]
+__all__ = ["CONTENT_TYPE", "LAG_BUCKETS", "LAG_INTERVAL", "LATENCY_BUCKETS", "TTFT_BUCKETS", "BrokerMetrics",
+           "CountingAudit"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -25,6 +27,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LAG_INTERVAL = 0.05
 #: Histogram buckets of ``relay_event_loop_lag_seconds`` (the issue 18 target is p99 <= 20 ms).
 LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: Buckets of ``relay_model_request_seconds`` (a whole model request: a long answer takes minutes).
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Buckets of ``relay_model_ttft_seconds`` (time to the first answer event).
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+_SOURCES = frozenset({"proxy", "agent"})
 
 
 class _LiveGauges(Collector):
@@ -66,6 +73,20 @@ class BrokerMetrics:
             f"How late the broker's event loop ran a {LAG_INTERVAL}s timer: the time one callback or "
             "RPC held the loop (every stream and request waits that long).",
             buckets=LAG_BUCKETS, registry=self.registry)
+        # per model request (core/telemetry.py rows): labels are the fixed source and status sets only,
+        # never the model id (a client picks it) or the origin (unbounded)
+        self.model_latency = Histogram(
+            "relay_model_request_seconds", "Duration of model requests (endpoints and %%agent turns), by source.",
+            ["source"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.model_ttft = Histogram(
+            "relay_model_ttft_seconds", "Time to the first answer event of model requests, by source.",
+            ["source"], buckets=TTFT_BUCKETS, registry=self.registry)
+        self.model_requests = Counter("relay_model_requests", "Model requests by source and status.",
+                                      ["source", "status"], registry=self.registry)
+        self.model_tokens = Counter("relay_model_tokens", "Tokens charged for model requests, by source and kind.",
+                                    ["source", "kind"], registry=self.registry)
+        self.model_cost = Counter("relay_model_cost_usd", "USD charged for model requests, by source.",
+                                  ["source"], registry=self.registry)
         self._live: _LiveGauges | None = None
         self._lag_task: asyncio.Task[None] | None = None
 
@@ -95,6 +116,20 @@ class BrokerMetrics:
     def rpc(self, method: str, outcome: str) -> None:
         """Count one RPC request; unknown method names collapse into one label value."""
         self.requests.labels(method if method in self._known() else "_unknown", outcome).inc()
+
+    def observe_request(self, row: TelemetryRow) -> None:
+        """One recorded model request (a :class:`~relay_jupyter.core.telemetry.Telemetry` observer)."""
+        source = row.source if row.source in _SOURCES else "proxy"
+        self.model_requests.labels(source, row.status).inc()
+        self.model_latency.labels(source).observe(row.latency_ms / 1000.0)
+        if row.ttft_ms is not None:
+            self.model_ttft.labels(source).observe(row.ttft_ms / 1000.0)
+        for kind in ("input", "output", "cache_read", "cache_write"):
+            n = getattr(row, f"{kind}_tokens")
+            if n:
+                self.model_tokens.labels(source, kind).inc(n)
+        if row.cost_usd:
+            self.model_cost.labels(source).inc(row.cost_usd)
 
     def render(self) -> bytes:
         """Prometheus text exposition."""

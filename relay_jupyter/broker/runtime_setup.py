@@ -75,6 +75,7 @@ def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = Non
                    for spec in ENGINES if spec.build is not None}
     manager = RunManager(broker.gate, store, store, broker.events, ToolSources(broker), backends,
                          runtime_config, consent=broker.permissions, engines=engines)
+    manager.telemetry = broker.telemetry  # a telemetry row per model turn (core/telemetry.py)
     broker.runs = manager
 
     if recover:

@@ -17,6 +17,7 @@ row is dropped — telemetry is a view, the ledger and the audit are the record 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
@@ -40,6 +41,7 @@ __all__ = [
     "TelemetryStore",
     "check_telemetry_query",
     "safe_session_id",
+    "session_id_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,14 @@ MAX_QUERY_ROWS = 10_000
 def safe_session_id(value: str) -> bool:
     """True when ``value`` may be stored as a session id as it is."""
     return isinstance(value, str) and SESSION_ID.fullmatch(value) is not None
+
+
+def session_id_for(value: str) -> str:
+    """``value`` itself when it is a safe session id, else ``sha256:`` and the first 32 hex digits of
+    its SHA-256: a client's header or a conversation name never reaches the table as free text."""
+    if safe_session_id(value):
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _bounded(name: str, value: str, limit: int) -> str:

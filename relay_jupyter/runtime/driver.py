@@ -89,6 +89,10 @@ class TurnResult:
     """Events received from the backend (0: the answer never began; see :func:`charge_outcome`)."""
     usage_reported: bool = False
     """True once the backend sent a usage event (a llama.cpp server streaming sends none)."""
+    started_at: float | None = None
+    """The event loop's time when the request began (telemetry: latency)."""
+    first_event_at: float | None = None
+    """The event loop's time of the first backend event (telemetry: time to first token)."""
 
     @property
     def text(self) -> str:
@@ -127,10 +131,13 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
     slack = min(idle / 10, 1.0)
     stream = backend.stream_turn(model, system, messages, tools, max_tokens)
     when = min(end, started + idle)
+    result.started_at = started
     try:
         async with asyncio.timeout_at(when if when != float("inf") else None) as timer:
             async for event in stream:
                 result.events += 1
+                if result.first_event_at is None:
+                    result.first_event_at = loop.time()
                 if type(event) is TextDelta:
                     result.text_parts.append(event.text)
                     coalescer.add(event.text)

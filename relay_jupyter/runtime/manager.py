@@ -10,6 +10,7 @@ refused, cancelled or "outcome unknown" included — before anything else is sen
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -146,6 +147,8 @@ class RunManager:
         self._unstored: dict[str, Any] = {}
         """run_id -> the transaction recording its end, for runs that ended while the store failed."""
         self.executor = Executor(gate, journal, self._emit_for, self._consent_for)
+        self.telemetry: Any = None
+        """The broker's ``core.telemetry.Telemetry`` (set by install_runtime): a row per model turn."""
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -368,6 +371,7 @@ class RunManager:
                     outcome=charge_outcome(turn, ended),
                     streamed_output_tokens=streamed_output_tokens(turn, max_tokens)))
                 self._emit(run, EventType.USAGE, usage_event(turn, reservation))
+                record_turn(self.telemetry, run.run_id, ctx.conversation, params.model, reservation, turn, ended)
             run.current = None
             self._append_assistant(run, turn)
             if not turn.calls:
@@ -592,6 +596,39 @@ class _GateMeter:
 
     async def settle(self, handle: Any, usage: Any) -> None:
         self.gate.settle_completion(handle, self.model, usage)
+
+
+def record_turn(telemetry: Any, run_id: str, conversation: str, model: str, reservation: Any,
+                turn: TurnResult, ended: BaseException | None) -> None:
+    """The telemetry row of one settled model turn of a run (core/telemetry.py; never raises)."""
+    if telemetry is None:
+        return
+    try:
+        from ..core.telemetry import safe_session_id, session_id_for
+
+        try:  # the conversation's name within its origin (broker/conversation_keys: a JSON pair)
+            name = json.loads(conversation)[1]
+        except (ValueError, TypeError, IndexError, KeyError):
+            name = conversation
+        now = asyncio.get_running_loop().time()
+        started = turn.started_at if turn.started_at is not None else now
+        code = getattr(getattr(ended, "code", None), "value", None)
+        if ended is None:
+            status = "ok"
+        elif isinstance(ended, asyncio.CancelledError):
+            status = "cancelled"
+        elif turn.events == 0:
+            status = "upstream_error" if getattr(ended, "status", None) else "error"
+        else:
+            status = "interrupted"
+        telemetry.record_settled(
+            reservation, model=model, source="agent", status=status, latency_ms=(now - started) * 1000.0,
+            ttft_ms=None if turn.first_event_at is None else (turn.first_event_at - started) * 1000.0,
+            session=session_id_for(name) if isinstance(name, str) and name else None,
+            run_id=run_id if safe_session_id(run_id) else None,
+            error_code=code if isinstance(code, str) else ("CANCELLED" if status == "cancelled" else None))
+    except Exception:  # noqa: BLE001 - a telemetry bug must never end a run
+        log.exception("relay telemetry: recording a turn failed")
 
 
 def _name_of(history: list[dict[str, Any]]) -> str:

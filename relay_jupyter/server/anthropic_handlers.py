@@ -13,18 +13,20 @@ from tornado import web
 from .anthropic_endpoint import AnthropicEndpoint, proxy_credential
 from .handlers import RelayJupyterHandler
 
-__all__ = ["AnthropicCountTokensHandler", "AnthropicMessagesHandler", "AnthropicModelsHandler",
+__all__ = ["AnthropicCountTokensHandler", "AnthropicMessagesHandler", "AnthropicModelsHandler", "ProxyAuth",
            "anthropic_handlers"]
 
 
-class _ProxyAuth(RelayJupyterHandler):
-    """Kernel credential as an Anthropic key; anything else is a 401 with the SDKs' error shape."""
+class ProxyAuth(RelayJupyterHandler):
+    """Kernel credential as an SDK's API key; anything else is a 401 in the wire's error shape (the model
+    endpoint mixin before this class in the MRO gives ``_refuse_early`` and ``credential_hint``)."""
+
+    credential_hint: str
 
     async def prepare(self) -> None:  # type: ignore[override]
         credential = proxy_credential(self.request.headers)
         if not credential:
-            self._refuse_early(401, "authentication_error",
-                               "send this kernel's RELAY_KERNEL_CREDENTIAL as the API key (x-api-key)")
+            self._refuse_early(401, "authentication_error", self.credential_hint)
             return
         try:
             await self._prepare_kernel(credential)
@@ -36,21 +38,21 @@ class _ProxyAuth(RelayJupyterHandler):
         self.check_body_size()
 
 
-class AnthropicMessagesHandler(AnthropicEndpoint, _ProxyAuth):
+class AnthropicMessagesHandler(AnthropicEndpoint, ProxyAuth):
     @web.authenticated
     @authorized
     async def post(self) -> None:
         await self.relay_messages()
 
 
-class AnthropicCountTokensHandler(AnthropicEndpoint, _ProxyAuth):
+class AnthropicCountTokensHandler(AnthropicEndpoint, ProxyAuth):
     @web.authenticated
     @authorized
     async def post(self) -> None:
         await self.relay_messages(count_tokens=True)
 
 
-class AnthropicModelsHandler(AnthropicEndpoint, _ProxyAuth):
+class AnthropicModelsHandler(AnthropicEndpoint, ProxyAuth):
     @web.authenticated
     @authorized
     async def get(self) -> None:
@@ -64,3 +66,6 @@ def anthropic_handlers() -> list[tuple[str, type[web.RequestHandler]]]:
         (r"/relay/anthropic/v1/messages/count_tokens", AnthropicCountTokensHandler),
         (r"/relay/anthropic/v1/models", AnthropicModelsHandler),
     ]
+
+
+_ProxyAuth = ProxyAuth  # the name before the OpenAI-compatible endpoint shared it

@@ -25,7 +25,9 @@ from ..core.errors import ConfigRefusal
 from ..protocol.run_choices import BACKEND_NAMES, ENGINE_NAMES
 from ..broker.kernel_bridge import end_kernel
 from ..broker.anthropic_proxy import AnthropicProxy
+from ..broker.openai_proxy import OpenAIProxy
 from .anthropic_handlers import anthropic_handlers
+from .openai_handlers import openai_handlers
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
@@ -169,8 +171,9 @@ class RelayApp(ExtensionApp):
         _log.debug("relay: broker open for the Jupyter root %s", self.serverapp.root_dir)
         self.kernel_credentials = KernelCredentials()
         self.anthropic_proxy = AnthropicProxy(self.broker)
+        self.openai_proxy = OpenAIProxy(self.broker)
         self.settings.update({"relay_broker": self.broker, "relay_kernel_credentials": self.kernel_credentials,
-                              "relay_anthropic_proxy": self.anthropic_proxy})
+                              "relay_anthropic_proxy": self.anthropic_proxy, "relay_openai_proxy": self.openai_proxy})
         install_kernel_env_hook(
             self.serverapp.kernel_manager, self.kernel_credentials,
             relay_url=self._relay_url,
@@ -220,16 +223,17 @@ class RelayApp(ExtensionApp):
         """Mount the relay endpoints under ``{base_url}relay/`` (none in a thin client: the hub service serves them)."""
         if getattr(self, "thin_client_url", None):
             return
-        self.handlers.extend(relay_handlers() + anthropic_handlers())
+        self.handlers.extend(relay_handlers() + anthropic_handlers() + openai_handlers())
 
     async def stop_extension(self) -> None:
         """Deny pending permission requests and close storage."""
         pruner: Any = getattr(self, "_pruner", None)
         if pruner is not None:
             pruner.stop()
-        proxy: AnthropicProxy | None = getattr(self, "anthropic_proxy", None)
-        if proxy is not None:
-            await proxy.aclose()
+        for attr in ("anthropic_proxy", "openai_proxy"):
+            proxy: AnthropicProxy | OpenAIProxy | None = getattr(self, attr, None)
+            if proxy is not None:
+                await proxy.aclose()
         broker: Broker | None = getattr(self, "broker", None)
         if broker is not None:
             await stop_components(broker)

@@ -26,9 +26,11 @@ from typing import Any, Protocol
 from tornado import web
 
 from ..broker.anthropic_proxy import anthropic_error_body
+from ..broker.model_proxy import openai_error_body
 from ..broker.broker import Broker
 from ..core.caller import Caller
 from .anthropic_endpoint import AnthropicEndpoint
+from .openai_endpoint import OpenAIEndpoint
 from .endpoints import EventsEndpoint, HealthEndpoint, MetricsEndpoint, ReadyEndpoint, RpcEndpoint
 
 __all__ = ["UNAUTHORIZED_BODY", "UNAUTHORIZED_HEADERS", "Activity", "ResolveCaller", "make_app", "refuse"]
@@ -266,6 +268,40 @@ class PlainAnthropicModelsHandler(_PlainAnthropic):
         await self.relay_models()
 
 
+class _PlainOpenAI(OpenAIEndpoint, _PlainAuth):
+    """The OpenAI-compatible endpoint on the daemon: the daemon token is the SDK's API key (``Authorization:
+    Bearer``, what the ``openai`` SDK sends); a refusal is OpenAI's 401 shape (the same bytes for a missing
+    and a wrong token)."""
+
+    relay_endpoint = "openai"
+
+    def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
+        if status == 401:
+            body = openai_error_body("authentication_error", "send the relay daemon token as the API key")
+        super().relay_refuse(status, body, headers)
+
+    async def prepare(self) -> None:
+        key = self.request.headers.get("x-api-key", "").strip()
+        if key and "Authorization" not in self.request.headers:
+            self.request.headers["Authorization"] = f"Bearer {key}"
+        await super().prepare()
+        if not self.relay_refused:
+            self.check_body_size()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        OpenAIEndpoint.write_error(self, status_code, **kwargs)
+
+
+class PlainOpenAIChatCompletionsHandler(_PlainOpenAI):
+    async def post(self) -> None:
+        await self.relay_chat_completions()
+
+
+class PlainOpenAIModelsHandler(_PlainOpenAI):
+    async def get(self) -> None:
+        await self.relay_models()
+
+
 def _log_request(handler: web.RequestHandler) -> None:
     status = handler.get_status()
     level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
@@ -277,7 +313,8 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
              activity: Activity | None = None, scrub: Callable[[str], str] | None = None,
              **settings: Any) -> web.Application:
     """A tornado Application serving ``rpc``, ``events``, ``healthz``, ``readyz``, ``metrics`` and the
-    Anthropic-compatible ``anthropic/v1/...`` (``server/anthropic_endpoint.py``) under ``prefix``.
+    Anthropic-compatible ``anthropic/v1/...`` (``server/anthropic_endpoint.py``) and the OpenAI-compatible
+    ``openai/v1/...`` (``server/openai_endpoint.py``) under ``prefix``.
 
     Args:
         broker: the broker the endpoints call.
@@ -295,6 +332,8 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
         (prefix + "anthropic/v1/messages", PlainAnthropicMessagesHandler),
         (prefix + "anthropic/v1/messages/count_tokens", PlainAnthropicCountTokensHandler),
         (prefix + "anthropic/v1/models", PlainAnthropicModelsHandler),
+        (prefix + "openai/v1/chat/completions", PlainOpenAIChatCompletionsHandler),
+        (prefix + "openai/v1/models", PlainOpenAIModelsHandler),
         (r"/.*", PlainNotFoundHandler),
     ]
     settings.setdefault("log_function", _log_request)
