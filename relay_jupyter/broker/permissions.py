@@ -101,8 +101,8 @@ class PermissionRouter:
         self.clock = clock
         self._pending: dict[str, PendingPermission] = {}
         self._ended: OrderedDict[str, str] = OrderedDict()
-        self._run_allows: dict[str, set[tuple[str, str]]] = {}
-        """run_id -> (tool name, tool identity) allowed for the rest of that run (scope=run)."""
+        self._run_allows: dict[str, set[tuple[tuple[str, str], str]]] = {}
+        """run_id -> ((server, tool), tool identity) allowed for the rest of that run (scope=run)."""
 
     # -- the ConsentPort ---------------------------------------------------------------------------
 
@@ -113,10 +113,10 @@ class PermissionRouter:
         changed = req.preview.get("tool_changed")
         if not once_only and changed is None:  # neither a run allow nor saved trust reaches these
             identity = tool_identity(req.tool)
-            if req.run_id is not None and (req.tool.name, identity) in self._run_allows.get(req.run_id, ()):
+            if req.run_id is not None and (req.tool.key, identity) in self._run_allows.get(req.run_id, ()):
                 return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.RUN,
                                      answered_by="scope:run")
-            if self.trust.has_trust(req.origin, req.tool.name, identity):
+            if self.trust.has_trust(req.origin, *req.tool.key, identity):  # (server, tool): never a joined name
                 return ConsentResult(decision=ConsentDecision.ALLOW, scope=ConsentScope.NOTEBOOK,
                                      answered_by="trust:notebook")
         scopes = ONCE_ONLY if once_only else ALL_SCOPES
@@ -227,9 +227,9 @@ class PermissionRouter:
         if scope.value not in pending.scopes:  # answer() refuses these; never remember one
             return
         if scope is ConsentScope.RUN and req.run_id is not None:
-            self._run_allows.setdefault(req.run_id, set()).add((req.tool.name, tool_identity(req.tool)))
+            self._run_allows.setdefault(req.run_id, set()).add((req.tool.key, tool_identity(req.tool)))
         elif scope is ConsentScope.NOTEBOOK:
-            self.trust.add_trust(req.origin, req.tool.name, tool_identity(req.tool))
+            self.trust.add_trust(req.origin, *req.tool.key, tool_identity(req.tool))
 
     def _end(self, pending: PendingPermission, outcome: str) -> None:
         pending.ended = True

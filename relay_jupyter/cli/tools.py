@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core.errors import Code, ConfigRefusal, RoutingRefusal
 from ..mcp.config import McpConfig, load_config
-from ..mcp.discovery import split_name
+from ..mcp.discovery import qualified_name, split_name
 from ..mcp.pins import PINNABLE_CLASSES
 from ..mcp.registry import McpRegistry
 from ..mcp.versions import version_note
@@ -96,7 +96,8 @@ def _cmd_pin(args: argparse.Namespace) -> int:
 def _cmd_unpin(args: argparse.Namespace) -> int:
     store = Store.open(args.db)
     try:
-        removed = store.delete_pin(args.tool)
+        parts = split_name(args.tool)
+        removed = parts is not None and store.delete_pin(*parts)
     finally:
         store.close()
     print(f"unpinned {args.tool}" if removed else f"{args.tool} was not pinned")
@@ -107,7 +108,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     store = Store.open(args.db)
     try:
-        pins = {p["tool"]: p for p in store.list_pins()}
+        pins = {(p["server"], p["tool"]): p for p in store.list_pins()}  # keyed by (server, tool), never joined
         if args.no_connect:
             reg = _registry(config, store, args.timeout)
             servers, tools = [s.as_dict() for s in reg.status()], []
@@ -116,14 +117,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
                 async with _registry(config, store, args.timeout) as reg:
                     return [s.as_dict() for s in reg.status()], [
                         {"name": s.name, "class": s.tool_class.value, "server": s.server,
-                         "pinned": s.name in pins and store.get_pin(s.name) is not None,
+                         "pinned": s.key in pins and store.get_pin(*s.key) is not None,
                          "hints": s.hints, "description": s.description}
                         for s in reg.specs()
                     ]
 
             servers, tools = asyncio.run(collect())
         # Re-read: connecting may have dropped stale pins.
-        pins_now = [{**p, "tool_class": str(p["tool_class"])} for p in store.list_pins()]
+        pins_now = [{**p, "name": qualified_name(p["server"], p["tool"]), "tool_class": str(p["tool_class"])}
+                    for p in store.list_pins()]
     finally:
         store.close()
     for s in servers:
@@ -149,11 +151,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
             hints = ", ".join(f"{k}={v}" for k, v in t["hints"].items() if k != "title")
             pin = " (pinned)" if t["pinned"] else ""
             print(f"  {t['name']:<40} {t['class']:<6}{pin}" + (f"  hints: {hints}" if hints else ""))
-    dropped = sorted(set(pins) - {p["tool"] for p in pins_now})
-    for name in dropped:
-        print(f"pin dropped: {name} changed since it was pinned (it is write again)")
+    dropped = sorted(set(pins) - {(p["server"], p["tool"]) for p in pins_now})
+    for server, tool in dropped:
+        print(f"pin dropped: {qualified_name(server, tool)} changed since it was pinned (it is write again)")
     if not args.no_connect:
         return 0
     for p in pins_now:
-        print(f"pin: {p['tool']} -> {p['tool_class']} (digest {p['digest'][:12]})")
+        print(f"pin: {p['name']} -> {p['tool_class']} (digest {p['digest'][:12]})")
     return 0

@@ -66,6 +66,16 @@ def check_text(name: str, value: Any, *, optional: bool = False) -> None:
         raise ValueError(f"{name} must not contain NUL")
 
 
+def check_tool_key(server: Any, tool: Any, *, builtin_ok: bool) -> None:
+    """Check a ``(server, tool)`` key of saved trust or a pin (``ToolSpec.key``): two strings without NUL,
+    ``tool`` not empty, ``server`` not empty unless ``builtin_ok`` (``""``: relay's own tool)."""
+    if not isinstance(server, str):
+        raise TypeError(f"server must be a string, got {type(server).__name__}")
+    if server or not builtin_ok:
+        check_text("server", server)
+    check_text("tool", tool)
+
+
 def check_amount(name: str, value: Any) -> None:
     """Raise ``TypeError`` unless ``value`` is a number, ``ValueError`` unless it is finite and >= 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -130,8 +140,9 @@ class MemoryStore:
         self._conversations: dict[str, dict[str, Any]] = {}
         self._order = itertools.count(1)
         """Creation order of conversations: ties of ``updated_at`` list the newest created first."""
-        self._trust: dict[tuple[str, str], dict[str, Any]] = {}
-        self._pins: dict[str, dict[str, Any]] = {}
+        self._trust: dict[tuple[str, str, str], dict[str, Any]] = {}
+        """(origin, server, tool) -> row: three separate values, never a joined name."""
+        self._pins: dict[tuple[str, str], dict[str, Any]] = {}
         self._leases: dict[str, dict[str, Any]] = {}
         self._checkpoints = MemoryCheckpoints(self)
         self._telemetry: list[TelemetryRow] = []
@@ -602,46 +613,49 @@ class MemoryStore:
 
     # -- trust and pins -------------------------------------------------------------------------------
 
-    def add_trust(self, origin: str, tool: str, digest: str) -> None:
+    def add_trust(self, origin: str, server: str, tool: str, digest: str) -> None:
         check_text("origin", origin)
-        check_text("tool", tool)
+        check_tool_key(server, tool, builtin_ok=True)
         check_text("digest", digest)
         with self.transaction():
-            self._put(self._trust, (origin, tool), {"origin": origin, "tool": tool, "digest": digest,
-                                                    "created_at": self.now()})
+            self._put(self._trust, (origin, server, tool), {"origin": origin, "server": server, "tool": tool,
+                                                            "digest": digest, "created_at": self.now()})
 
-    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
+    def has_trust(self, origin: str, server: str, tool: str, digest: str) -> bool:
         with self._lock:
-            row = self._trust.get((origin, tool))
+            row = self._trust.get((origin, server, tool))
             return row is not None and row["digest"] == digest
 
     def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(r) for k, r in sorted(self._trust.items()) if origin is None or k[0] == origin]
 
-    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
+    def revoke_trust(self, origin: str, *, server: str | None = None, tool: str | None = None) -> int:
+        if tool is not None and server is None:
+            raise ValueError("revoke_trust: a tool is named by (server, tool); pass server ('' for relay's own)")
         with self.transaction():
-            keys = [k for k in self._trust if k[0] == origin and (tool is None or k[1] == tool)]
+            keys = [k for k in self._trust if k[0] == origin and (server is None or k[1] == server)
+                    and (tool is None or k[2] == tool)]
             for k in keys:
                 self._drop(self._trust, k)
             return len(keys)
 
-    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None:
-        check_text("tool", tool)
+    def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None:
+        check_tool_key(server, tool, builtin_ok=False)
         check_text("digest", digest)
         cls = ToolClass(tool_class)
         with self.transaction():
-            self._put(self._pins, tool, {"tool": tool, "digest": digest, "tool_class": cls,
-                                         "created_at": self.now()})
+            self._put(self._pins, (server, tool), {"server": server, "tool": tool, "digest": digest,
+                                                   "tool_class": cls, "created_at": self.now()})
 
-    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None:
+    def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None:
         with self._lock:
-            row = self._pins.get(tool)
+            row = self._pins.get((server, tool))
             return None if row is None else (row["digest"], row["tool_class"])
 
-    def delete_pin(self, tool: str) -> bool:
+    def delete_pin(self, server: str, tool: str) -> bool:
         with self.transaction():
-            return self._drop(self._pins, tool)
+            return self._drop(self._pins, (server, tool))
 
     def list_pins(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -230,30 +230,36 @@ class ConversationStore(Protocol):
 
 @runtime_checkable
 class TrustStore(Protocol):
-    """Saved trust ("Always allow for this notebook"), bound to a tool digest."""
+    """Saved trust ("Always allow for this notebook"), bound to a tool digest.
 
-    def add_trust(self, origin: str, tool: str, digest: str) -> None:
-        """Trust ``tool`` for ``origin`` while its digest is ``digest`` (replaces an older digest)."""
-    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
-        """True only for exactly this digest (a changed tool is not trusted)."""
+    Keyed by ``(origin, server, tool)`` as three separate values (``ToolSpec.key``: ``server`` is ``""``
+    for relay's own tools), never a joined ``server__tool``: two servers whose joined names meet never
+    share a row (docs/mcp.md, "Classification and pins")."""
+
+    def add_trust(self, origin: str, server: str, tool: str, digest: str) -> None:
+        """Trust ``(server, tool)`` for ``origin`` while its digest is ``digest`` (replaces an older digest)."""
+    def has_trust(self, origin: str, server: str, tool: str, digest: str) -> bool:
+        """True only for exactly this key and digest (a changed tool is not trusted)."""
     def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
-        """``[{origin, tool, digest, created_at}]`` ordered by origin, tool."""
-    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
-        """Forget the trust of ``origin`` for ``tool`` (every tool when None). Returns how many."""
+        """``[{origin, server, tool, digest, created_at}]`` ordered by origin, server, tool."""
+    def revoke_trust(self, origin: str, *, server: str | None = None, tool: str | None = None) -> int:
+        """Forget the trust of ``origin``: every tool (both None), every tool of ``server`` (tool None),
+        or ``(server, tool)``; ``tool`` without ``server`` is a ValueError. Returns how many went."""
 
 
 @runtime_checkable
 class PinStore(Protocol):
-    """Classification pins of MCP tools, bound to the tool's digest (mcp/pins.py)."""
+    """Classification pins of MCP tools, bound to the tool's digest (mcp/pins.py), keyed by
+    ``(server, tool)`` as two separate values (the server's own tool name, not ``server__tool``)."""
 
-    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None:
-        """Pin ``tool`` to ``tool_class`` at ``digest`` (replaces). ValueError for an unknown class."""
-    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None:
+    def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None:
+        """Pin ``(server, tool)`` to ``tool_class`` at ``digest`` (replaces). ValueError for an unknown class."""
+    def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None:
         """``(digest, class)`` or None. The caller compares the digest."""
-    def delete_pin(self, tool: str) -> bool:
-        """Remove the pin of ``tool``; True if there was one."""
+    def delete_pin(self, server: str, tool: str) -> bool:
+        """Remove the pin of ``(server, tool)``; True if there was one."""
     def list_pins(self) -> list[dict[str, Any]]:
-        """``[{tool, digest, tool_class, created_at}]`` ordered by tool."""
+        """``[{server, tool, digest, tool_class, created_at}]`` ordered by server, tool."""
 
 
 @dataclass(frozen=True)

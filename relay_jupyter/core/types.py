@@ -119,6 +119,17 @@ class ToolSpec(_Frozen):
         body = canonical_json([self.source, self.name, self.description, self.input_schema])
         return hashlib.sha256(body.encode()).hexdigest()
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(server, tool)``: what pins and saved trust are keyed by, as two separate values, never the
+        joined ``server__tool`` (a joined string is where two servers' names could meet). ``server`` is
+        ``""`` for relay's own tools; ``tool`` is the MCP server's own name for it (the part after
+        ``<server>__``, the separator of ``mcp/discovery.py``)."""
+        if not self.server:
+            return ("", self.name)
+        prefix = self.server + "__"
+        return (self.server, self.name[len(prefix):] if self.name.startswith(prefix) else self.name)
+
 
 class ToolRequest(_Frozen):
     """One tool call on its way through the gate."""

@@ -48,7 +48,9 @@ __all__ = [
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_SERVERS = 64
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_)){0,31}$")
+#: No ``__`` and no trailing ``_``: ``<server>__<tool>`` must split back at its first ``__`` into exactly that
+#: server (server ``a_`` + tool ``x`` and server ``a`` + tool ``_x`` would both be ``a___x``).
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?![_]|$)){0,31}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _HTTP_TYPES = {"http", "streamable-http", "streamable_http", "streamableHttp"}
 
@@ -258,7 +260,8 @@ def parse_config(text: str | bytes, *, path: str | None = None) -> McpConfig:
             continue
         if not _SERVER_NAME.match(name):
             problems[name] = (
-                "server names are 1-32 letters, digits, '-' or '_' (no '__', which separates server and tool)"
+                "server names are 1-32 letters, digits, '-' or '_' (no '__', which separates server and tool, "
+                "and no '_' at the end)"
             )
             continue
         if name.lower() in folded:

@@ -6,8 +6,9 @@ or URL, the tool's name, description and input schema. When any of them changes,
 longer matches: the pin is dropped (deleted from the store, logged by tool name) and the tool
 is ``write`` again, so the next call asks for consent again.
 
-Storage is the broker's SQLite ``Store`` (``put_pin / get_pin / delete_pin / list_pins``);
-anything with those four methods works (:class:`PinStore`).
+Storage is the broker's ``Store`` (``put_pin / get_pin / delete_pin / list_pins``); anything with those
+four methods works (:class:`PinStore`). A pin is keyed by ``(server, tool)`` — the server's name and its
+own name for the tool (``ToolSpec.key``) — as two separate values, never the joined ``server__tool``.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ PINNABLE_CLASSES = (ToolClass.READ, ToolClass.WRITE)
 class PinStore(Protocol):
     """The persistence a :class:`PinBook` needs (implemented by ``storage.sqlite.Store``)."""
 
-    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None: ...
-    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None: ...
-    def delete_pin(self, tool: str) -> bool: ...
+    def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None: ...
+    def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None: ...
+    def delete_pin(self, server: str, tool: str) -> bool: ...
     def list_pins(self) -> list[dict[str, Any]]: ...
 
 
@@ -53,24 +54,26 @@ class PinBook:
             raise ConfigRefusal(Code.CONFIG_INVALID, f"an MCP tool can be pinned read or write, not {cls.value}")
         if spec.server is None:
             raise ConfigRefusal(Code.CONFIG_INVALID, f"{spec.name} is not an MCP tool; only MCP tools are pinned")
-        self.store.put_pin(spec.name, spec.digest, cls)
+        self.store.put_pin(*spec.key, spec.digest, cls)
 
-    def unpin(self, name: str) -> bool:
-        """Remove the pin of ``name``; True if there was one."""
-        return self.store.delete_pin(name)
+    def unpin(self, server: str, tool: str) -> bool:
+        """Remove the pin of ``(server, tool)``; True if there was one."""
+        return self.store.delete_pin(server, tool)
 
     def resolve(self, spec: ToolSpec) -> ToolClass | None:
         """The pinned class of ``spec`` if its pin matches the current digest; a stale pin is deleted."""
-        found = self.store.get_pin(spec.name)
+        if not spec.server:  # only MCP tools are pinned
+            return None
+        found = self.store.get_pin(*spec.key)
         if found is None:
             return None
         digest, cls = found
         if digest != spec.digest:
-            self.store.delete_pin(spec.name)
+            self.store.delete_pin(*spec.key)
             logger.info("pin of %s dropped: the tool's command/URL, description or schema changed", spec.name)
             return None
         return ToolClass(cls)
 
     def list(self) -> list[dict[str, Any]]:
-        """Every stored pin: ``[{tool, digest, tool_class, created_at}]``."""
+        """Every stored pin: ``[{server, tool, digest, tool_class, created_at}]``."""
         return self.store.list_pins()

@@ -259,10 +259,11 @@ class McpRegistry:
         return self._classified(found.spec)
 
     def unpin(self, name: str) -> bool:
-        """Remove the pin of ``name`` (discovered or not)."""
+        """Remove the pin of ``server__tool`` (discovered or not; split as the registry routes it)."""
         if self.pins is None:
             raise RoutingRefusal(Code.NOT_FOUND, "no pin store is configured")
-        return self.pins.unpin(name)
+        parts = split_name(name)
+        return self.pins.unpin(*parts) if parts is not None else False
 
     def _require_pins_and_tool(self, name: str) -> DiscoveredTool:
         if self.pins is None:

@@ -193,7 +193,10 @@ class TrustListResult(Strict):
 class TrustRevokeParams(Strict):
     origin: str | None = _ORIGIN
     tool: str | None = Field(default=None, min_length=1, max_length=400)
-    """Omitted: every saved trust of the origin."""
+    """Omitted: every saved trust of the origin (of ``server``'s tools, when given). Without ``server``: the
+    tool as the model sees it (``server__tool`` for an MCP tool, or relay's own tool of that name)."""
+    server: str | None = Field(default=None, max_length=64)
+    """With ``tool``: exactly ``(server, tool)``, the key saved trust is stored under (``""``: relay's own)."""
 
 
 class ToolsListParams(Strict):

@@ -28,6 +28,8 @@ Version history:
 2. ``namespaces``: the users' schemas that opened the database (the admin view of spend per user).
 3. ``telemetry`` (issue 16): one row per model request (core/telemetry.py; figures only, never text),
    in each user's own schema.
+4. saved trust and MCP pins keyed by ``(origin, server, tool)`` / ``(server, tool)`` as separate
+   columns (issue 11 item 8; SQLite's version 7): old rows split at the first ``__`` of their name.
 """
 
 from __future__ import annotations
@@ -226,11 +228,28 @@ CREATE INDEX telemetry_origin_ts ON telemetry (origin, ts);
 CREATE INDEX telemetry_ts ON telemetry (ts);
 """
 
+V4_SQL = """
+-- (server, tool) as separate columns, never the joined server__tool (storage/schema.py version 7)
+ALTER TABLE trust ADD COLUMN server TEXT NOT NULL DEFAULT '';
+UPDATE trust SET server = substr(tool, 1, strpos(tool, '__') - 1), tool = substr(tool, strpos(tool, '__') + 2)
+    WHERE strpos(tool, '__') > 1 AND length(tool) > strpos(tool, '__') + 1;
+ALTER TABLE trust DROP CONSTRAINT trust_pkey;
+ALTER TABLE trust ADD PRIMARY KEY (origin, server, tool);
+ALTER TABLE trust ALTER COLUMN server DROP DEFAULT;
+DELETE FROM pins WHERE NOT (strpos(tool, '__') > 1 AND length(tool) > strpos(tool, '__') + 1);
+ALTER TABLE pins ADD COLUMN server TEXT;
+UPDATE pins SET server = substr(tool, 1, strpos(tool, '__') - 1), tool = substr(tool, strpos(tool, '__') + 2);
+ALTER TABLE pins ALTER COLUMN server SET NOT NULL;
+ALTER TABLE pins DROP CONSTRAINT pins_pkey;
+ALTER TABLE pins ADD PRIMARY KEY (server, tool);
+"""
+
 #: Ordered migration steps. Append only; the last version is :data:`PG_SCHEMA_VERSION`.
 PG_MIGRATIONS: list[tuple[int, str]] = [
     (1, V1_SQL),
     (2, V2_SQL),
     (3, V3_SQL),
+    (4, V4_SQL),
 ]
 
 PG_SCHEMA_VERSION: int = PG_MIGRATIONS[-1][0]

@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+from ..core.memory import check_tool_key
 from ..core.teams import TEAM_PREFIX
 from ..core.telemetry import TelemetryRow
 from ..core.types import AuditRecord, Event, Grant, ToolClass
@@ -643,51 +644,58 @@ class PostgresStore(PgDatabase):
             return conn.execute("DELETE FROM conversations WHERE conv_id = %s", (conv_id,)).rowcount > 0
 
     # -- trust and pins --------------------------------------------------------------------------
-    def add_trust(self, origin: str, tool: str, digest: str) -> None:
+    def add_trust(self, origin: str, server: str, tool: str, digest: str) -> None:
         check_text("origin", origin)
-        check_text("tool", tool)
+        check_tool_key(server, tool, builtin_ok=True)
         check_text("digest", digest)
         with self.transaction() as conn:
-            conn.execute("INSERT INTO trust (origin, tool, digest, created_at) VALUES (%s, %s, %s, %s) "
-                         "ON CONFLICT (origin, tool) DO UPDATE SET digest = excluded.digest, "
-                         "created_at = excluded.created_at", (origin, tool, digest, self.now()))
+            conn.execute("INSERT INTO trust (origin, server, tool, digest, created_at) VALUES (%s, %s, %s, %s, %s) "
+                         "ON CONFLICT (origin, server, tool) DO UPDATE SET digest = excluded.digest, "
+                         "created_at = excluded.created_at", (origin, server, tool, digest, self.now()))
 
-    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
-        return bool(self.query("SELECT 1 FROM trust WHERE origin = %s AND tool = %s AND digest = %s",
-                               (origin, tool, digest)))
+    def has_trust(self, origin: str, server: str, tool: str, digest: str) -> bool:
+        return bool(self.query("SELECT 1 FROM trust WHERE origin = %s AND server = %s AND tool = %s AND digest = %s",
+                               (origin, server, tool, digest)))
 
     def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT origin, tool, digest, created_at FROM trust"
-        rows = self.query(sql + " ORDER BY origin, tool") if origin is None else \
-            self.query(sql + " WHERE origin = %s ORDER BY tool", (origin,))
-        return [{"origin": o, "tool": t, "digest": d, "created_at": c} for o, t, d, c in rows]
+        sql = "SELECT origin, server, tool, digest, created_at FROM trust"
+        rows = self.query(sql + " ORDER BY origin, server, tool") if origin is None else \
+            self.query(sql + " WHERE origin = %s ORDER BY server, tool", (origin,))
+        return [{"origin": o, "server": sv, "tool": t, "digest": d, "created_at": c} for o, sv, t, d, c in rows]
 
-    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
+    def revoke_trust(self, origin: str, *, server: str | None = None, tool: str | None = None) -> int:
+        if tool is not None and server is None:
+            raise ValueError("revoke_trust: a tool is named by (server, tool); pass server ('' for relay's own)")
         with self.transaction() as conn:
-            if tool is None:
+            if server is None:
                 return conn.execute("DELETE FROM trust WHERE origin = %s", (origin,)).rowcount
-            return conn.execute("DELETE FROM trust WHERE origin = %s AND tool = %s", (origin, tool)).rowcount
+            if tool is None:
+                return conn.execute("DELETE FROM trust WHERE origin = %s AND server = %s", (origin, server)).rowcount
+            return conn.execute("DELETE FROM trust WHERE origin = %s AND server = %s AND tool = %s",
+                                (origin, server, tool)).rowcount
 
-    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None:
-        check_text("tool", tool)
+    def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None:
+        check_tool_key(server, tool, builtin_ok=False)
         check_text("digest", digest)
         cls = ToolClass(tool_class)
         with self.transaction() as conn:
-            conn.execute("INSERT INTO pins (tool, digest, tool_class, created_at) VALUES (%s, %s, %s, %s) "
-                         "ON CONFLICT (tool) DO UPDATE SET digest = excluded.digest, tool_class = excluded.tool_class, "
-                         "created_at = excluded.created_at", (tool, digest, cls.value, self.now()))
+            conn.execute("INSERT INTO pins (server, tool, digest, tool_class, created_at) "
+                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (server, tool) DO UPDATE SET "
+                         "digest = excluded.digest, tool_class = excluded.tool_class, "
+                         "created_at = excluded.created_at", (server, tool, digest, cls.value, self.now()))
 
-    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None:
-        rows = self.query("SELECT digest, tool_class FROM pins WHERE tool = %s", (tool,))
+    def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None:
+        rows = self.query("SELECT digest, tool_class FROM pins WHERE server = %s AND tool = %s", (server, tool))
         return (rows[0][0], ToolClass(rows[0][1])) if rows else None
 
-    def delete_pin(self, tool: str) -> bool:
+    def delete_pin(self, server: str, tool: str) -> bool:
         with self.transaction() as conn:
-            return conn.execute("DELETE FROM pins WHERE tool = %s", (tool,)).rowcount > 0
+            return conn.execute("DELETE FROM pins WHERE server = %s AND tool = %s", (server, tool)).rowcount > 0
 
     def list_pins(self) -> list[dict[str, Any]]:
-        rows = self.query("SELECT tool, digest, tool_class, created_at FROM pins ORDER BY tool")
-        return [{"tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts} for t, d, c, ts in rows]
+        rows = self.query("SELECT server, tool, digest, tool_class, created_at FROM pins ORDER BY server, tool")
+        return [{"server": sv, "tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts}
+                for sv, t, d, c, ts in rows]
 
     # -- telemetry (core/telemetry.py; in the user's own schema) -----------------------------------
     def record_telemetry(self, row: TelemetryRow) -> TelemetryRow:

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from ..core.memory import check_tool_key
 from ..core.types import Grant, ToolClass
 from ._db import Database, check_amount, check_text, dumps
 
@@ -226,57 +227,62 @@ def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, met
 class TrustMixin(Database):
     """Saved trust ("Always allow for this notebook") and MCP tool pins, both bound to a tool digest."""
 
-    def add_trust(self, origin: str, tool: str, digest: str) -> None:
-        """Trust ``tool`` for ``origin`` while its digest is ``digest`` (replaces an older digest)."""
+    def add_trust(self, origin: str, server: str, tool: str, digest: str) -> None:
+        """Trust ``(server, tool)`` for ``origin`` while its digest is ``digest`` (replaces an older digest).
+        ``server`` is ``""`` for relay's own tools; the key is three columns, never a joined name."""
         check_text("origin", origin)
-        check_text("tool", tool)
+        check_tool_key(server, tool, builtin_ok=True)
         check_text("digest", digest)
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO trust (origin, tool, digest, created_at) VALUES (?,?,?,?)",
-                         (origin, tool, digest, self.now()))
+            conn.execute("INSERT OR REPLACE INTO trust (origin, server, tool, digest, created_at) VALUES (?,?,?,?,?)",
+                         (origin, server, tool, digest, self.now()))
 
-    def has_trust(self, origin: str, tool: str, digest: str) -> bool:
-        """True only when ``origin`` trusts ``tool`` with exactly this digest (a changed tool is not trusted)."""
-        return bool(self.query("SELECT 1 FROM trust WHERE origin = ? AND tool = ? AND digest = ?",
-                               (origin, tool, digest)))
+    def has_trust(self, origin: str, server: str, tool: str, digest: str) -> bool:
+        """True only when ``origin`` trusts ``(server, tool)`` with exactly this digest."""
+        return bool(self.query("SELECT 1 FROM trust WHERE origin = ? AND server = ? AND tool = ? AND digest = ?",
+                               (origin, server, tool, digest)))
 
     def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
-        """``[{origin, tool, digest, created_at}]`` ordered by origin, tool."""
-        sql = "SELECT origin, tool, digest, created_at FROM trust"
-        rows = self.query(sql + " ORDER BY origin, tool") if origin is None else \
-            self.query(sql + " WHERE origin = ? ORDER BY tool", (origin,))
-        return [{"origin": o, "tool": t, "digest": d, "created_at": c} for o, t, d, c in rows]
+        """``[{origin, server, tool, digest, created_at}]`` ordered by origin, server, tool."""
+        sql = "SELECT origin, server, tool, digest, created_at FROM trust"
+        rows = self.query(sql + " ORDER BY origin, server, tool") if origin is None else \
+            self.query(sql + " WHERE origin = ? ORDER BY server, tool", (origin,))
+        return [{"origin": o, "server": sv, "tool": t, "digest": d, "created_at": c} for o, sv, t, d, c in rows]
 
-    def revoke_trust(self, origin: str, tool: str | None = None) -> int:
-        """Forget the trust of ``origin`` for ``tool`` (every tool when None). Returns how many went."""
+    def revoke_trust(self, origin: str, *, server: str | None = None, tool: str | None = None) -> int:
+        """Forget the trust of ``origin``: all (both None), one server's, or ``(server, tool)``."""
+        if tool is not None and server is None:
+            raise ValueError("revoke_trust: a tool is named by (server, tool); pass server ('' for relay's own)")
         with self.transaction() as conn:
-            if tool is None:
+            if server is None:
                 return conn.execute("DELETE FROM trust WHERE origin = ?", (origin,)).rowcount
-            return conn.execute("DELETE FROM trust WHERE origin = ? AND tool = ?", (origin, tool)).rowcount
+            if tool is None:
+                return conn.execute("DELETE FROM trust WHERE origin = ? AND server = ?", (origin, server)).rowcount
+            return conn.execute("DELETE FROM trust WHERE origin = ? AND server = ? AND tool = ?",
+                                (origin, server, tool)).rowcount
 
-    def put_pin(self, tool: str, digest: str, tool_class: ToolClass | str) -> None:
-        """Pin MCP tool ``tool`` (``server__tool``) to ``tool_class`` while its digest is ``digest``.
-
-        Raises ValueError for an unknown class.
-        """
-        check_text("tool", tool)
+    def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None:
+        """Pin MCP tool ``(server, tool)`` (the server's own tool name) to ``tool_class`` while its digest
+        is ``digest``. Raises ValueError for an unknown class."""
+        check_tool_key(server, tool, builtin_ok=False)
         check_text("digest", digest)
         cls = ToolClass(tool_class)
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO pins (tool, digest, tool_class, created_at) VALUES (?,?,?,?)",
-                         (tool, digest, cls.value, self.now()))
+            conn.execute("INSERT OR REPLACE INTO pins (server, tool, digest, tool_class, created_at) "
+                         "VALUES (?,?,?,?,?)", (server, tool, digest, cls.value, self.now()))
 
-    def get_pin(self, tool: str) -> tuple[str, ToolClass] | None:
-        """``(digest, class)`` of the pin of ``tool``, or None. The caller compares the digest."""
-        rows = self.query("SELECT digest, tool_class FROM pins WHERE tool = ?", (tool,))
+    def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None:
+        """``(digest, class)`` of the pin of ``(server, tool)``, or None. The caller compares the digest."""
+        rows = self.query("SELECT digest, tool_class FROM pins WHERE server = ? AND tool = ?", (server, tool))
         return (rows[0][0], ToolClass(rows[0][1])) if rows else None
 
-    def delete_pin(self, tool: str) -> bool:
-        """Remove the pin of ``tool``; True if there was one."""
+    def delete_pin(self, server: str, tool: str) -> bool:
+        """Remove the pin of ``(server, tool)``; True if there was one."""
         with self.transaction() as conn:
-            return conn.execute("DELETE FROM pins WHERE tool = ?", (tool,)).rowcount > 0
+            return conn.execute("DELETE FROM pins WHERE server = ? AND tool = ?", (server, tool)).rowcount > 0
 
     def list_pins(self) -> list[dict[str, Any]]:
-        """``[{tool, digest, tool_class, created_at}]`` ordered by tool."""
-        rows = self.query("SELECT tool, digest, tool_class, created_at FROM pins ORDER BY tool")
-        return [{"tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts} for t, d, c, ts in rows]
+        """``[{server, tool, digest, tool_class, created_at}]`` ordered by server, tool."""
+        rows = self.query("SELECT server, tool, digest, tool_class, created_at FROM pins ORDER BY server, tool")
+        return [{"server": sv, "tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts}
+                for sv, t, d, c, ts in rows]

@@ -28,6 +28,10 @@ Version history:
    ``auto_vacuum = INCREMENTAL`` (older files are switched over by one VACUUM at open, storage/_db.py).
 6. ``telemetry`` (issue 16): one row per model request of the endpoints and of ``%%agent`` runs
    (core/telemetry.py; figures only, never text).
+7. saved trust and MCP pins keyed by ``(origin, server, tool)`` / ``(server, tool)`` as separate
+   columns (issue 11 item 8), never the joined ``server__tool``: rows are moved by splitting the old
+   name at its first ``__`` (how the registry routed it); a name without one is relay's own tool
+   (``server = ''``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "V6_SQL", "migrate",
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "V6_SQL", "V7_SQL", "migrate",
            "schema_version"]
 
 V1_SQL = """
@@ -209,6 +213,42 @@ CREATE INDEX telemetry_ts ON telemetry (ts);
 """
 
 
+V7_SQL = """
+CREATE TABLE trust_v7 (
+    origin      TEXT NOT NULL,
+    server      TEXT NOT NULL,          -- '' for relay's own tools
+    tool        TEXT NOT NULL,          -- the MCP server's own name for the tool (not server__tool)
+    digest      TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (origin, server, tool)
+);
+INSERT INTO trust_v7 (origin, server, tool, digest, created_at)
+    SELECT origin,
+           CASE WHEN instr(tool, '__') > 1 AND length(tool) > instr(tool, '__') + 1
+                THEN substr(tool, 1, instr(tool, '__') - 1) ELSE '' END,
+           CASE WHEN instr(tool, '__') > 1 AND length(tool) > instr(tool, '__') + 1
+                THEN substr(tool, instr(tool, '__') + 2) ELSE tool END,
+           digest, created_at
+    FROM trust;
+DROP TABLE trust;
+ALTER TABLE trust_v7 RENAME TO trust;
+CREATE TABLE pins_v7 (
+    server      TEXT NOT NULL,
+    tool        TEXT NOT NULL,          -- the MCP server's own name for the tool
+    digest      TEXT NOT NULL,
+    tool_class  TEXT NOT NULL CHECK (tool_class IN ('read', 'contained', 'write')),
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (server, tool)
+);
+INSERT INTO pins_v7 (server, tool, digest, tool_class, created_at)
+    SELECT substr(tool, 1, instr(tool, '__') - 1), substr(tool, instr(tool, '__') + 2),
+           digest, tool_class, created_at
+    FROM pins WHERE instr(tool, '__') > 1 AND length(tool) > instr(tool, '__') + 1;
+DROP TABLE pins;
+ALTER TABLE pins_v7 RENAME TO pins;
+"""
+
+
 def _v5(conn: sqlite3.Connection) -> None:
     for statement in _statements(V5_SQL):
         conn.execute(statement)
@@ -229,6 +269,7 @@ MIGRATIONS: list[tuple[int, Step]] = [
     (4, V4_SQL),
     (5, _v5),
     (6, V6_SQL),
+    (7, V7_SQL),
 ]
 
 SCHEMA_VERSION: int = MIGRATIONS[-1][0]

@@ -95,8 +95,9 @@ def _scenario(s: Any, clock: ContractClock) -> dict[str, Any]:
     s.append_messages("c1", "a", "first", 1, [{"role": "assistant", "content": [{"type": "text", "text": "yo"}],
                                                "turn": 0}], {"model": "m"})
     s.save_conversation("c2", "b", "", [], {})
-    s.add_trust("a", "t", "d1")
-    s.put_pin("srv__t", "d", "read")
+    s.add_trust("a", "", "t", "d1")
+    s.add_trust("a", "srv", "t", "d1")
+    s.put_pin("srv", "t", "d", "read")
     out = {
         "grants": [g.origin for g in s.list_grants()],
         "grant": s.get_grant("b"),
@@ -120,8 +121,9 @@ def _scenario(s: Any, clock: ContractClock) -> dict[str, Any]:
         "conversation": s.load_conversation("c1"),
         "conversations": s.list_conversations(),
         "origin_of": (s.conversation_origin("c1"), s.conversation_origin("nope")),
-        "trust": (s.has_trust("a", "t", "d1"), s.has_trust("a", "t", "d2"), s.list_trust()),
-        "pin": (s.get_pin("srv__t"), s.list_pins()),
+        "trust": (s.has_trust("a", "", "t", "d1"), s.has_trust("a", "", "t", "d2"), s.has_trust("a", "srv", "t", "d1"),
+                  s.has_trust("a", "srv_", "t", "d1"), s.list_trust()),
+        "pin": (s.get_pin("srv", "t"), s.get_pin("", "srv__t"), s.list_pins()),
     }
     with pytest.raises(KeyError):
         s.run_finished("nope", "done")
@@ -473,26 +475,55 @@ class StoreContract:
     # -- trust and pins -------------------------------------------------------------------------------
 
     def test_trust_is_bound_to_the_digest(self, store: Store) -> None:
-        store.add_trust("o", "t", "d1")
-        store.add_trust("o", "u", "d1")
-        store.add_trust("p", "t", "d1")
-        assert store.has_trust("o", "t", "d1") and not store.has_trust("o", "t", "d2")
-        store.add_trust("o", "t", "d2")
-        assert store.has_trust("o", "t", "d2") and not store.has_trust("o", "t", "d1")
+        store.add_trust("o", "", "t", "d1")
+        store.add_trust("o", "", "u", "d1")
+        store.add_trust("p", "", "t", "d1")
+        assert store.has_trust("o", "", "t", "d1") and not store.has_trust("o", "", "t", "d2")
+        store.add_trust("o", "", "t", "d2")
+        assert store.has_trust("o", "", "t", "d2") and not store.has_trust("o", "", "t", "d1")
         assert [(r["origin"], r["tool"]) for r in store.list_trust()] == [("o", "t"), ("o", "u"), ("p", "t")]
-        assert store.revoke_trust("o", "t") == 1 and store.revoke_trust("o") == 1
+        assert store.revoke_trust("o", server="", tool="t") == 1 and store.revoke_trust("o") == 1
         assert [r["origin"] for r in store.list_trust()] == ["p"]
+        with pytest.raises(ValueError):
+            store.revoke_trust("p", tool="t")  # a tool is named by (server, tool)
+
+    def test_trust_is_keyed_by_server_and_tool_never_a_joined_name(self, store: Store) -> None:
+        # every pair below joins to "a___x" (or "a__b__c") with the "__" separator: none may answer for another
+        pairs = [("a_", "x"), ("a", "_x"), ("", "a___x"), ("a__b", "c"), ("a", "b__c"), ("", "a__b__c")]
+        store.add_trust("o", "a_", "x", "d")
+        store.add_trust("o", "a__b", "c", "d")
+        trusted = [pair for pair in pairs if store.has_trust("o", *pair, "d")]
+        assert trusted == [("a_", "x"), ("a__b", "c")]
+        assert [(r["server"], r["tool"]) for r in store.list_trust("o")] == [("a_", "x"), ("a__b", "c")]
+        assert store.revoke_trust("o", server="a", tool="_x") == 0 and store.has_trust("o", "a_", "x", "d")
+        assert store.revoke_trust("o", server="a") == 0
+        assert store.revoke_trust("o", server="a_") == 1 and not store.has_trust("o", "a_", "x", "d")
+        with pytest.raises(ValueError):
+            store.add_trust("o", "a", "", "d")
 
     def test_pins(self, store: Store) -> None:
-        store.put_pin("s__b", "d", ToolClass.WRITE)
-        store.put_pin("s__a", "d", "read")
-        assert store.get_pin("s__a") == ("d", ToolClass.READ)
-        assert [(p["tool"], p["tool_class"]) for p in store.list_pins()] == [("s__a", ToolClass.READ),
-                                                                           ("s__b", ToolClass.WRITE)]
+        store.put_pin("s", "b", "d", ToolClass.WRITE)
+        store.put_pin("s", "a", "d", "read")
+        assert store.get_pin("s", "a") == ("d", ToolClass.READ)
+        assert [(p["server"], p["tool"], p["tool_class"]) for p in store.list_pins()] == [
+            ("s", "a", ToolClass.READ), ("s", "b", ToolClass.WRITE)]
         with pytest.raises(ValueError):
-            store.put_pin("s__c", "d", "root")
-        assert store.delete_pin("s__a") is True and store.delete_pin("s__a") is False
-        assert store.get_pin("s__a") is None
+            store.put_pin("s", "c", "d", "root")
+        with pytest.raises(ValueError):
+            store.put_pin("", "c", "d", "read")  # only MCP tools (a server) are pinned
+        assert store.delete_pin("s", "a") is True and store.delete_pin("s", "a") is False
+        assert store.get_pin("s", "a") is None
+
+    def test_pins_are_keyed_by_server_and_tool_never_a_joined_name(self, store: Store) -> None:
+        store.put_pin("a_", "x", "d", "read")
+        store.put_pin("a__b", "c", "d", "read")
+        for other in (("a", "_x"), ("a", "b__c"), ("a", "b")):
+            assert store.get_pin(*other) is None
+            assert store.delete_pin(*other) is False
+        assert store.get_pin("a_", "x") == ("d", ToolClass.READ) and store.get_pin("a__b", "c") == ("d", ToolClass.READ)
+        store.put_pin("a", "_x", "d", "write")  # its own row: the other pin is unchanged
+        assert store.get_pin("a_", "x") == ("d", ToolClass.READ)
+        assert [(p["server"], p["tool"]) for p in store.list_pins()] == [("a", "_x"), ("a_", "x"), ("a__b", "c")]
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

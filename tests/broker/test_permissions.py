@@ -251,7 +251,7 @@ async def test_saved_trust_and_run_allows_never_apply_to_run_code(broker):
 
     router = broker.permissions
     # trust and a run allow exactly as a "notebook"/"run" answer would have stored them
-    broker.store.add_trust(KERNEL_A.origin, "run_code", tool_identity(RUN_CODE))
+    broker.store.add_trust(KERNEL_A.origin, *RUN_CODE.key, tool_identity(RUN_CODE))
     router._run_allows["run1"] = {("run_code", tool_identity(RUN_CODE))}
     task = asyncio.create_task(router.ask(consent_request("pr_1", tool=RUN_CODE)))
     await until_pending(router)
@@ -283,7 +283,7 @@ async def test_changed_tool_skips_trust_and_shows_the_change(broker):
     from relay_jupyter.runtime.tools import tool_change, tool_identity
 
     router = broker.permissions
-    broker.store.add_trust(KERNEL_A.origin, WRITE.name, tool_identity(WRITE))
+    broker.store.add_trust(KERNEL_A.origin, *WRITE.key, tool_identity(WRITE))
     assert (await router.ask(consent_request("pr_0"))).answered_by == "trust:notebook"
     change = tool_change(WRITE.model_copy(update={"description": "old"}), WRITE)
     req = ToolRequest(origin=KERNEL_A.origin, tool=WRITE, call_id="c1", run_id="run1", originator=KERNEL_A.client_id,

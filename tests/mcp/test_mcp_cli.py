@@ -31,7 +31,7 @@ def jupyter_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes: Path) -
 def _pins(root: Path) -> dict[str, str]:
     store = Store.open(root / "data" / "relay" / "relay.db")
     try:
-        return {p["tool"]: str(p["tool_class"]) for p in store.list_pins()}
+        return {f'{p["server"]}__{p["tool"]}': str(p["tool_class"]) for p in store.list_pins()}
     finally:
         store.close()
 
@@ -68,7 +68,7 @@ def test_pin_list_unpin(jupyter_dirs: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_list_without_connecting_shows_pins(jupyter_dirs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = Store.open(jupyter_dirs / "data" / "relay" / "relay.db")
-    store.put_pin("t__echo", "f" * 64, "read")
+    store.put_pin("t", "echo", "f" * 64, "read")
     store.close()
     assert main(["tools", "list", "--no-connect"]) == 0
     out = capsys.readouterr().out
@@ -77,7 +77,7 @@ def test_list_without_connecting_shows_pins(jupyter_dirs: Path, capsys: pytest.C
 
 def test_stale_pin_dropped_on_list(jupyter_dirs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = Store.open(jupyter_dirs / "data" / "relay" / "relay.db")
-    store.put_pin("t__echo", "0" * 64, "read")  # pinned when the tool looked different
+    store.put_pin("t", "echo", "0" * 64, "read")  # pinned when the tool looked different
     store.close()
     assert main(["tools", "list"]) == 0
     assert "pin dropped: t__echo changed" in capsys.readouterr().out

@@ -181,7 +181,7 @@ async def test_pins_classify_and_hints_only_tighten(notes: Path, store: object) 
                 reg.pin("t__nope", "read")
             assert info.value.code == Code.UNKNOWN_TOOL
             assert reg.unpin("t__delete_note") is True and reg.unpin("t__delete_note") is False
-            assert [p["tool"] for p in store.list_pins()] == ["t__echo"]
+            assert [(p["server"], p["tool"]) for p in store.list_pins()] == [("t", "echo")]
 
 
 @pytest.mark.asyncio
@@ -195,7 +195,7 @@ async def test_pin_dropped_when_command_line_changes(notes: Path, store: object)
         other.mkdir()
         async with _registry(relay_test_server("t", other), store=store) as reg:
             assert reg.spec("t__echo").tool_class == ToolClass.WRITE
-            assert store.get_pin("t__echo") is None, "a stale pin is deleted, so the next call asks again"
+            assert store.get_pin("t", "echo") is None, "a stale pin is deleted, so the next call asks again"
 
 
 @pytest.mark.asyncio

@@ -137,7 +137,7 @@ def test_nested_transactions_commit_together_or_not_at_all(pg: PostgresStore) ->
     with pg.transaction():
         pg.put_grant(_grant("notebook:a.ipynb"))
         with pytest.raises(KeyError), pg.transaction():  # a savepoint: only the inner part goes
-            pg.add_trust("notebook:a.ipynb", "t", "d")
+            pg.add_trust("notebook:a.ipynb", "", "t", "d")
             pg.run_finished("no-such-run", "done")
     assert pg.get_grant("notebook:a.ipynb") is not None and pg.list_trust() == []
     # another connection sees nothing of an open transaction until it commits

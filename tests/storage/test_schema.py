@@ -50,10 +50,10 @@ def test_v1_file_migrates_and_keeps_its_data(db_path: Path) -> None:
         assert [e.data for e in s.events_since(0)] == [{"v": 1}]
         assert s.mark_interrupted() == ["r"]
         # tables of version 2 work
-        s.add_trust("o", "t", "d")
-        s.put_pin("srv__t", "d", "read")
+        s.add_trust("o", "", "t", "d")
+        s.put_pin("srv", "t", "d", "read")
         s.save_conversation("c", "o", "", [], {})
-        assert s.has_trust("o", "t", "d") and s.get_pin("srv__t") and s.load_conversation("c")
+        assert s.has_trust("o", "", "t", "d") and s.get_pin("srv", "t") and s.load_conversation("c")
         assert s.append_event("t", {}).id == 2
 
 

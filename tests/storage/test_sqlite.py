@@ -183,60 +183,60 @@ def test_save_conversation_refuses_bad_input(store: Store, args: tuple, error: t
 
 
 def test_trust_is_bound_to_the_digest(store: Store) -> None:
-    store.add_trust("o1", "srv__write", "d1")
-    store.add_trust("o1", "srv__other", "d9")
-    store.add_trust("o2", "srv__write", "d1")
-    assert store.has_trust("o1", "srv__write", "d1")
-    assert not store.has_trust("o1", "srv__write", "d2")  # the tool changed: no longer trusted
-    assert not store.has_trust("o3", "srv__write", "d1")  # another notebook
-    store.add_trust("o1", "srv__write", "d2")  # re-approved after the change
-    assert store.has_trust("o1", "srv__write", "d2") and not store.has_trust("o1", "srv__write", "d1")
-    assert [(t["origin"], t["tool"]) for t in store.list_trust()] == [
-        ("o1", "srv__other"), ("o1", "srv__write"), ("o2", "srv__write")]
-    assert [t["tool"] for t in store.list_trust("o2")] == ["srv__write"]
-    assert store.revoke_trust("o1", "srv__write") == 1
-    assert store.revoke_trust("o1", "srv__write") == 0
+    store.add_trust("o1", "srv", "write", "d1")
+    store.add_trust("o1", "srv", "other", "d9")
+    store.add_trust("o2", "srv", "write", "d1")
+    assert store.has_trust("o1", "srv", "write", "d1")
+    assert not store.has_trust("o1", "srv", "write", "d2")  # the tool changed: no longer trusted
+    assert not store.has_trust("o3", "srv", "write", "d1")  # another notebook
+    store.add_trust("o1", "srv", "write", "d2")  # re-approved after the change
+    assert store.has_trust("o1", "srv", "write", "d2") and not store.has_trust("o1", "srv", "write", "d1")
+    assert [(t["origin"], t["server"], t["tool"]) for t in store.list_trust()] == [
+        ("o1", "srv", "other"), ("o1", "srv", "write"), ("o2", "srv", "write")]
+    assert [t["tool"] for t in store.list_trust("o2")] == ["write"]
+    assert store.revoke_trust("o1", server="srv", tool="write") == 1
+    assert store.revoke_trust("o1", server="srv", tool="write") == 0
     assert store.revoke_trust("o1") == 1
     assert store.list_trust("o1") == []
-    assert store.has_trust("o2", "srv__write", "d1")
+    assert store.has_trust("o2", "srv", "write", "d1")
 
 
 def test_pins_round_trip(store: Store) -> None:
-    assert store.get_pin("srv__t") is None
-    store.put_pin("srv__t", "d1", ToolClass.READ)
-    store.put_pin("srv__a", "d2", "contained")
-    assert store.get_pin("srv__t") == ("d1", ToolClass.READ)
-    store.put_pin("srv__t", "d3", ToolClass.WRITE)
-    assert store.get_pin("srv__t") == ("d3", ToolClass.WRITE)
-    assert [(p["tool"], p["tool_class"]) for p in store.list_pins()] == [
-        ("srv__a", ToolClass.CONTAINED), ("srv__t", ToolClass.WRITE)]
-    assert store.delete_pin("srv__t") is True
-    assert store.delete_pin("srv__t") is False
-    assert store.get_pin("srv__t") is None
+    assert store.get_pin("srv", "t") is None
+    store.put_pin("srv", "t", "d1", ToolClass.READ)
+    store.put_pin("srv", "a", "d2", "contained")
+    assert store.get_pin("srv", "t") == ("d1", ToolClass.READ)
+    store.put_pin("srv", "t", "d3", ToolClass.WRITE)
+    assert store.get_pin("srv", "t") == ("d3", ToolClass.WRITE)
+    assert [(p["server"], p["tool"], p["tool_class"]) for p in store.list_pins()] == [
+        ("srv", "a", ToolClass.CONTAINED), ("srv", "t", ToolClass.WRITE)]
+    assert store.delete_pin("srv", "t") is True
+    assert store.delete_pin("srv", "t") is False
+    assert store.get_pin("srv", "t") is None
 
 
 def test_pin_refuses_unknown_class(store: Store) -> None:
     with pytest.raises(ValueError):
-        store.put_pin("srv__t", "d", "readonly")
+        store.put_pin("srv", "t", "d", "readonly")
     with pytest.raises(ValueError):
-        store.add_trust("o", "", "d")
+        store.add_trust("o", "", "", "d")
     assert store.list_pins() == []
 
 
 def test_pin_table_refuses_a_smuggled_class(store: Store) -> None:
     """Even a direct SQL write cannot store a class outside read|contained|write."""
     with pytest.raises(sqlite3.IntegrityError), store.transaction() as conn:
-        conn.execute("INSERT INTO pins VALUES ('t', 'd', 'trusted', 0)")
+        conn.execute("INSERT INTO pins VALUES ('s', 't', 'd', 'trusted', 0)")
     assert store.list_pins() == []
 
 
 def test_transaction_rolls_back_on_error(store: Store) -> None:
     with pytest.raises(RuntimeError), store.transaction() as conn:
-        conn.execute("INSERT INTO trust VALUES ('o', 't', 'd', 0)")
+        conn.execute("INSERT INTO trust VALUES ('o', '', 't', 'd', 0)")
         raise RuntimeError("boom")
     assert store.list_trust() == []
-    store.add_trust("o", "t", "d")  # the connection is still usable
-    assert store.has_trust("o", "t", "d")
+    store.add_trust("o", "", "t", "d")  # the connection is still usable
+    assert store.has_trust("o", "", "t", "d")
 
 
 def test_unopenable_path_gives_one_clear_error(tmp_path: Path) -> None:
