@@ -337,7 +337,7 @@ class GatedProxy:
         import httpx2
 
         try:
-            resp = await self._http().get(url, params=dict(params), headers=dict(headers))
+            resp = await self._http().get(url, params=dict(params), headers=_plain(headers))
         except httpx2.HTTPError as exc:
             raise self._unreachable(exc) from None
         body = resp.content
@@ -361,7 +361,7 @@ class GatedProxy:
         import httpx2
 
         client = self._http()
-        request = client.build_request("POST", url, params=dict(params), content=body, headers=dict(headers))
+        request = client.build_request("POST", url, params=dict(params), content=body, headers=_plain(headers))
         started = time.monotonic()
         try:
             resp = await client.send(request, stream=True)
@@ -384,7 +384,7 @@ class GatedProxy:
             streamed = 0
             collected = bytearray()
             try:
-                async for chunk in resp.aiter_raw():
+                async for chunk in resp.aiter_bytes():  # decoded, should a server compress despite identity
                     if sse:
                         if used is not None:
                             used.feed_sse(chunk)
@@ -421,6 +421,12 @@ class GatedProxy:
                                                outcome=outcome, streamed_output_tokens=streamed)
         except Exception:  # noqa: BLE001 - settling must never break the answer; the ledger keeps the hold
             log.exception("relay proxy: settling a request failed")
+
+
+def _plain(headers: Mapping[str, str]) -> dict[str, str]:
+    """Ask for an uncompressed answer: its bytes are metered as they pass and go back without a
+    ``content-encoding`` header."""
+    return {**headers, "accept-encoding": "identity"}
 
 
 async def once(body: bytes) -> AsyncIterator[bytes]:

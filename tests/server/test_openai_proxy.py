@@ -13,6 +13,7 @@ error the SDK raises on; hostile bodies get their documented errors; ``models`` 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -74,6 +75,17 @@ def _client(base: str, name: str, key: str = TOKEN) -> openai.AsyncOpenAI:
 
 def _model_records(broker: Broker, origin: str) -> list[Any]:
     return [r for r in broker.audit.tail(500, origin=origin) if r.tool == f"model:{MODEL}"]
+
+
+async def _settled(broker: Broker, origin: str, n: int) -> list[Any]:
+    """The origin's first ``n`` settle records, once there (a stream settles after its last byte, when the
+    SDK may already have stopped reading at ``[DONE]``)."""
+    for _ in range(3000):
+        settled = [r for r in _model_records(broker, origin) if r.decision == "settled"]
+        if len(settled) >= n:
+            return settled
+        await asyncio.sleep(0.01)
+    return settled
 
 
 @pytest.mark.asyncio
@@ -171,7 +183,7 @@ async def test_the_sdk_reaches_the_upstream_through_the_gate(served, fake) -> No
         fake.stream_usage = True
     assert any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
 
-    settled = [r for r in _model_records(broker, origin) if r.decision == "settled"]
+    settled = await _settled(broker, origin, 3)
     assert [r.arguments["basis"] for r in settled] == ["reported", "reported", "estimated"], settled
     assert [r.arguments["tokens"] for r in settled[:2]] == [16, 13]
     allows = [r for r in _model_records(broker, origin) if r.decision == "allow"]
@@ -209,6 +221,7 @@ async def test_the_reservation_bounds_the_answer(served, fake) -> None:
             got.append(chunk)
     assert "[BUDGET_EXCEEDED]" in str(cut.value) and cut.value.body["code"] == "BUDGET_EXCEEDED"
     assert got  # the words before the cut were delivered
+    await _settled(broker, origin, 3)
     last_allow, last = [r for r in _model_records(broker, origin) if r.decision in ("allow", "settled")][-2:]
     assert last.decision == "settled" and last.arguments["basis"] == "reservation"
     assert last.arguments["tokens"] == last_allow.arguments["estimated_tokens"]
