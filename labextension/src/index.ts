@@ -21,6 +21,49 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const panel = new RelayPanel();
     panel.title.icon = relayIcon;
     shell.add(panel, 'right', { rank: 900 });
+    // After a click on a relay card's button in a notebook (Connect, Approve, Deny, Revoke, ...) the button is
+    // disabled by the kernel and the keyboard focus fell to the page body: Shift+Enter did nothing. Give the
+    // focus back to that notebook, in command mode, so the keyboard goes on where it was. A card never takes the
+    // focus by itself: a keystroke meant for a cell (Enter, Space) must not answer a permission request.
+    // The click also made the card's cell the active one (a mousedown in a cell selects it), so Shift+Enter
+    // would have run the %%agent cell again: the cell that was active before the click is made active again.
+    const cardButton = (event: Event) => {
+      const target = event.target instanceof Element ? event.target : null;
+      const button = target?.closest('.relay-card button');
+      const node = button?.closest('.jp-NotebookPanel');
+      const panel = node ? Array.from(shell.widgets('main')).find(w => w.node === node) : undefined;
+      return panel ? { panel, content: (panel as any).content } : null;
+    };
+    let before: { content: any; index: number } | null = null;
+    document.addEventListener(
+      'mousedown',
+      event => {
+        const hit = cardButton(event);
+        before = hit && typeof hit.content?.activeCellIndex === 'number'
+          ? { content: hit.content, index: hit.content.activeCellIndex }
+          : null;
+      },
+      true
+    );
+    document.addEventListener('click', event => {
+      const hit = cardButton(event);
+      if (!hit) {
+        return;
+      }
+      const { panel, content } = hit;
+      const restore = before && before.content === content ? before.index : null;
+      before = null;
+      window.setTimeout(() => {
+        if (restore !== null && content.activeCellIndex !== restore) {
+          content.activeCellIndex = restore;
+        }
+        if (content && 'mode' in content) {
+          content.mode = 'command';
+        }
+        shell.activateById(panel.id);
+        (content?.node as HTMLElement | undefined)?.focus();
+      }, 0);
+    });
     app.commands.addCommand('relay-jupyter:refresh', {
       label: 'Relay: refresh the side panel',
       execute: () => panel.refresh()

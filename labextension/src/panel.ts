@@ -3,7 +3,10 @@
 // (the audit tail, with the notebook and the time of each decision).
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
 import { Widget } from '@lumino/widgets';
+import { auditMatches, notebookOf, offeredChoices, timeOf, usageLine, visible } from './model';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
+
+export { auditMatches, notebookOf, offeredChoices, offeredScopes, timeOf, usageLine, visible } from './model';
 
 interface IPending {
   request_id: string;
@@ -15,18 +18,10 @@ interface IPending {
   reasons?: string[];
   deadline?: number;
   tool_changed?: { diff?: string } | null;
+  scopes?: string[] | null;
 }
 
-// C0/C1 controls and the bidi overrides/isolates of "Trojan Source" (plus zero-width and direction
-// marks), shown as <U+XXXX> so a tool name or argument cannot reorder or hide what a person approves;
-// the kernel's cards do the same (relay_jupyter/kernel/rendering.py, visible()). ZWJ/ZWNJ are kept.
-const INVISIBLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
 
-export function visible(text: string): string {
-  return text
-    .replace(/\r\n?/g, '\n')
-    .replace(INVISIBLE, ch => `<U+${ch.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`);
-}
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -56,26 +51,10 @@ function argumentsBesideCode(args: any): any {
   return rest;
 }
 
-// "notebook:analysis/sales.ipynb" -> "analysis/sales.ipynb"; other origins (daemon:..., kernel:anon-...) as they are
-export function notebookOf(origin: string | null | undefined): string {
-  const text = String(origin ?? '');
-  return text.startsWith('notebook:') ? text.slice('notebook:'.length) : text;
-}
 
-// epoch seconds -> local "HH:MM:SS" today, "YYYY-MM-DD HH:MM" on another day ("" when absent)
-export function timeOf(ts: unknown, now: Date = new Date()): string {
-  const seconds = Number(ts);
-  if (!Number.isFinite(seconds) || seconds <= 0) {
-    return '';
-  }
-  const when = new Date(seconds * 1000);
-  const pad = (n: number) => String(n).padStart(2, '0');
-  const clock = `${pad(when.getHours())}:${pad(when.getMinutes())}`;
-  if (when.toDateString() === now.toDateString()) {
-    return `${clock}:${pad(when.getSeconds())}`;
-  }
-  return `${when.getFullYear()}-${pad(when.getMonth() + 1)}-${pad(when.getDate())} ${clock}`;
-}
+// the audit tail the panel reads, and how many of its newest (matching) records it shows
+const AUDIT_TAIL = 200;
+const AUDIT_SHOWN = 20;
 
 // events after which the runs, the budgets or the audit tail change (a tool decision is a new audit record)
 const REFRESH_ON = new Set([
@@ -136,9 +115,11 @@ export class RelayPanel extends Widget {
       el('h3', {}, 'Runs'),
       this.runs,
       el('h3', {}, 'Recent decisions'),
+      this.auditFilter,
       this.audit,
       refresh
     );
+    this.auditFilter.oninput = () => this.renderAudit(this.auditRecords);
     void this.start();
   }
 
@@ -190,7 +171,7 @@ export class RelayPanel extends Widget {
       const [pending, grants, audit, runs] = await Promise.all([
         this.client.call('permission.pending'),
         this.client.call('grants.list'),
-        this.client.call('audit.tail', { n: 20 }),
+        this.client.call('audit.tail', { n: AUDIT_TAIL }),
         this.client.call('runs.list', { limit: 100 })
       ]);
       if (this.inFlight !== flight) {
@@ -262,25 +243,25 @@ export class RelayPanel extends Widget {
           card.append(el('pre', { class: 'jp-relay-args' }, request.tool_changed.diff));
         }
       }
-      const approve = el('button', { class: 'jp-mod-styled jp-mod-accept' }, 'Approve');
-      const deny = el('button', { class: 'jp-mod-styled jp-mod-reject' }, 'Deny');
-      const answer = async (decision: string) => {
-        approve.disabled = deny.disabled = true;
+      const buttons: HTMLButtonElement[] = [];
+      const answer = async (decision: string, scope: string) => {
+        buttons.forEach(b => (b.disabled = true));
         try {
-          await this.client.call('permission.answer', {
-            request_id: request.request_id,
-            decision,
-            scope: 'once'
-          });
+          await this.client.call('permission.answer', { request_id: request.request_id, decision, scope });
           this.pending.delete(request.request_id);
           this.renderApprovals();
         } catch (err) {
+          buttons.forEach(b => (b.disabled = false));
           card.append(el('div', { class: 'jp-relay-error' }, String((err as Error).message)));
         }
       };
-      approve.onclick = () => void answer('allow');
-      deny.onclick = () => void answer('deny');
-      card.append(el('div', { class: 'jp-relay-buttons' }, approve, deny));
+      for (const [label, decision, scope] of offeredChoices(request.scopes)) {
+        const style = decision === 'deny' ? 'jp-mod-reject' : scope === 'once' ? 'jp-mod-accept' : 'jp-mod-warn';
+        const button = el('button', { class: `jp-mod-styled ${style}`, 'data-scope': scope }, label);
+        button.onclick = () => void answer(decision, scope);
+        buttons.push(button);
+      }
+      card.append(el('div', { class: 'jp-relay-buttons' }, ...buttons));
       this.approvals.append(card);
     }
   }
@@ -298,13 +279,9 @@ export class RelayPanel extends Widget {
       let usage = '';
       try {
         // budget.get answers {origin, usage: {tokens, cost_usd, tokens_limit, cost_limit, ...}} (docs/protocol.md)
-        const u = (await this.client.call('budget.get', { origin: grant.origin }))?.usage ?? {};
-        const tokens = Number(u.tokens ?? 0);
-        const spent = Number(u.cost_usd ?? 0);
-        cost += Number.isFinite(spent) ? spent : 0;
-        const ofTokens = u.tokens_limit == null ? '' : ` of ${Number(u.tokens_limit).toLocaleString()}`;
-        const ofCost = u.cost_limit == null ? '' : ` of $${Number(u.cost_limit).toFixed(2)}`;
-        usage = `${tokens.toLocaleString()}${ofTokens} tokens, $${spent.toFixed(4)}${ofCost} today`;
+        const line = usageLine((await this.client.call('budget.get', { origin: grant.origin }))?.usage);
+        cost += line.cost;
+        usage = line.text;
       } catch {
         usage = '';
       }
@@ -318,7 +295,8 @@ export class RelayPanel extends Widget {
         el(
           'div',
           { class: 'jp-relay-grant' },
-          el('div', { class: 'jp-relay-card-title' }, grant.origin),
+          el('div', { class: 'jp-relay-card-title jp-relay-clip', title: visible(String(grant.origin ?? '')) },
+            String(grant.origin ?? '')),
           el('div', {}, `tools: ${tools}`),
           el('div', {}, usage),
           revoke
@@ -329,20 +307,31 @@ export class RelayPanel extends Widget {
     this.emitSummary();
   }
 
+  private auditRecords: any[] = [];
+  private auditFilter = el('input', {
+    class: 'jp-relay-audit-filter jp-mod-styled',
+    type: 'search',
+    placeholder: 'filter: notebook, tool, decision, code',
+    'aria-label': 'Filter the recent decisions'
+  });
+
   private renderAudit(records: any[]): void {
+    this.auditRecords = records;
     this.audit.replaceChildren();
+    const filter = this.auditFilter.value;
+    records = records.filter(record => auditMatches(record, filter));
     const table = el('table', { class: 'jp-relay-audit-table' });
     table.append(
       el('tr', {}, el('th', {}, 'time'), el('th', {}, 'notebook'), el('th', {}, 'tool'), el('th', {}, 'decision'),
         el('th', {}, 'code'))
     );
-    for (const record of records.slice(-20).reverse()) {
+    for (const record of records.slice(-AUDIT_SHOWN).reverse()) {
       table.append(
         el(
           'tr',
           { class: 'jp-relay-audit-row' },
           el('td', { class: 'jp-relay-time' }, timeOf(record.ts)),
-          el('td', { class: 'jp-relay-notebook', title: String(record.origin ?? '') }, notebookOf(record.origin)),
+          el('td', { class: 'jp-relay-notebook', title: visible(String(record.origin ?? '')) }, notebookOf(record.origin)),
           el('td', {}, record.tool),
           el('td', {}, record.decision),
           el('td', {}, record.code ?? '')
@@ -388,7 +377,7 @@ export class RelayPanel extends Widget {
           'tr',
           { class: 'jp-relay-run', 'data-run-id': String(run.run_id ?? ''), title: String(run.run_id ?? '') },
           el('td', { class: 'jp-relay-time' }, timeOf(run.started_at)),
-          el('td', { class: 'jp-relay-notebook', title: String(run.origin ?? '') }, notebookOf(run.origin)),
+          el('td', { class: 'jp-relay-notebook', title: visible(String(run.origin ?? '')) }, notebookOf(run.origin)),
           el('td', {}, model),
           el('td', { class: 'jp-relay-run-state' }, String(run.state ?? '')),
           action

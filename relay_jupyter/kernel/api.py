@@ -165,9 +165,9 @@ class Relay:
     def checkpoints(self, n: int = 100) -> Any:
         """This notebook's pushes into the Jupyter root (newest first) as a pandas DataFrame: id, target,
         state (``applied``, ``reverted``, ...), digests, times."""
-        import pandas as pd
+        from .widgets.tables import frame
 
-        return pd.DataFrame(_rows(self._call(Method.CHECKPOINTS_LIST, {"limit": int(n)}), "checkpoints"))
+        return frame(_rows(self._call(Method.CHECKPOINTS_LIST, {"limit": int(n)}), "checkpoints"))
 
     def revert(self, checkpoint_id: str) -> dict[str, Any]:
         """Undo a push (and every later push of this notebook, newest first). Each step checks that the
@@ -190,16 +190,16 @@ class Relay:
         BudgetMeters(info if isinstance(info, dict) else {}).show()
 
     def audit(self, n: int = 100) -> Any:
-        """The last ``n`` audit records as a pandas DataFrame."""
-        import pandas as pd
+        """The last ``n`` audit records as a pandas DataFrame (``ts`` as a local date-time)."""
+        from .widgets.tables import frame
 
-        return pd.DataFrame(_rows(self._call(Method.AUDIT_TAIL, {"n": int(n)}), "records", "audit"))
+        return frame(_rows(self._call(Method.AUDIT_TAIL, {"n": int(n)}), "records", "audit"))
 
     def runs(self, n: int = 50) -> Any:
-        """The last ``n`` runs as a pandas DataFrame."""
-        import pandas as pd
+        """The last ``n`` runs as a pandas DataFrame (``started_at`` / ``finished_at`` as local date-times)."""
+        from .widgets.tables import frame
 
-        return pd.DataFrame(_rows(self._call(Method.RUNS_LIST, {"limit": int(n)}), "runs"))
+        return frame(_rows(self._call(Method.RUNS_LIST, {"limit": int(n)}), "runs"))
 
     def run(self, run_id: str) -> Any:
         """One run's view: steps, tool calls, decisions, timings."""

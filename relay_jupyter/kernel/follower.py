@@ -15,7 +15,7 @@ from .consent import Answer, ask
 from ..core.errors import Code
 from .errors import AgentError, RpcError, message_for
 from .provenance import METADATA_KEY, ProvenanceRecorder, footer_suffix
-from .render import StreamView
+from .render import INDICATOR, StreamView
 from .rendering import chrome_html, esc, visible
 
 if TYPE_CHECKING:
@@ -173,8 +173,8 @@ class RunFollower:
         if "ms" in step:
             state += f" · {'failed' if step.get('error') else 'done'} in {float(step['ms'] or 0):.0f} ms"
         # the tool name is free text from a server or the model: escaped (newlines and backticks shown)
-        line = {"text/html": chrome_html(f"🔧 <code>{esc(name, newlines=False)}</code> — {esc(state)}"),
-                "text/plain": f"🔧 {visible(name, newlines=False)} — {visible(state)}"}
+        line = {"text/html": chrome_html(f"▸ <code>{esc(name, newlines=False)}</code> — {esc(state)}"),
+                "text/plain": f"▸ {visible(name, newlines=False)} — {visible(state)}"}
         from IPython.display import display, update_display
 
         if step["display"] is None:
@@ -246,7 +246,9 @@ class RunFollower:
             asking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asking
-            who = str(elsewhere.get("answered_by") or "the broker")
+            from .widgets.consent_card import answerer
+
+            who = answerer(elsewhere.get("answered_by"))
             decision = str(elsewhere.get("decision") or "timeout")
             if elsewhere.get("_timeout") or decision == "timeout":
                 decision = "timeout"
@@ -259,7 +261,7 @@ class RunFollower:
                     card.mark(decision, scope, who, float(elsewhere.get("answered_at") or time.time()))
             if decision == "withdrawn" and self.surface == "input":
                 print("relay: the permission request was withdrawn", flush=True)
-            self.view.resume("⏳ *working…*")
+            self.view.resume(INDICATOR)
             return
         answer: Answer = asking.result()
         decision = "allow" if answer.decision == "allow" else "deny"
@@ -271,7 +273,7 @@ class RunFollower:
         except RpcError as exc:
             # the broker already decided (its own timeout, another answer): the run reports the outcome
             print(f"relay: answer not accepted: {exc.message}")
-        self.view.resume("⏳ *working…*")
+        self.view.resume(INDICATOR)
 
     async def _watch_elsewhere(self, asking: asyncio.Future[Answer], request_id: str) -> dict[str, Any] | None:
         """Wait for our own answer, while watching the run's events for this request being resolved
@@ -328,7 +330,7 @@ class RunFollower:
             self.backlog.append(event)
         if asking.done() and not asking.cancelled() and asking.exception() is not None:
             print(f"relay: the answer to the MCP server's question was not sent: {asking.exception()}")
-        self.view.resume("⏳ *working…*")
+        self.view.resume(INDICATOR)
 
     def _elicitation_refused(self, data: dict[str, Any]) -> None:
         from .widgets.elicitation_card import refused_line

@@ -60,7 +60,7 @@ __all__ = ["ALPHA", "OVERHEAD", "DisplaySink", "Output", "Sink", "StreamView", "
 Output = dict[str, str]
 """A display bundle: ``{"text/html": ..., "text/plain": ...}`` (a live update may carry only text/html)."""
 
-INDICATOR = "⏳ *working…*"
+INDICATOR = "*working…*"
 CURSOR = "▍"
 ALPHA = 0.6
 """Budget: a partial update needs new text >= ALPHA x the bytes it sends."""

@@ -57,10 +57,10 @@ CHROME_TAGS = TAGS | {"div", "span", "b", "i", "small", "details", "summary"}
 _CHROME_ATTRIBUTES: dict[str, set[str]] = {
     **{tag: set(attrs) for tag, attrs in ATTRIBUTES.items()},
     "details": {"open"},
-    "div": {"style", "class"}, "span": {"style"}, "pre": {"style"},
+    "div": {"style", "class", "title"}, "span": {"style", "title"}, "pre": {"style"},
 }
 _CHROME_STYLE = {"background-color", "color", "max-height", "overflow", "margin", "padding", "display",
-                 "width", "font-family", "font-size", "white-space"}
+                 "width", "font-family", "font-size", "white-space", "text-overflow", "max-width", "min-width"}
 """Style properties the kernel's own markup uses; none takes a URL (no ``background``, no ``content``)."""
 
 _LANG = re.compile(r"language-[A-Za-z0-9_+#.-]{1,40}")
@@ -137,7 +137,7 @@ def _render_image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> s
     token = tokens[idx]
     alt = self.renderInlineAsText(token.children or [], options, env)
     src = str(token.attrGet("src") or "")
-    return f'<a href="{html.escape(src, quote=True)}">🖼 {html.escape(alt or "image", quote=True)}</a>'
+    return f'<a href="{html.escape(src, quote=True)}">[image] {html.escape(alt or "image", quote=True)}</a>'
 
 
 @lru_cache(maxsize=1)

@@ -356,7 +356,7 @@ class Session:
             with contextlib.suppress(Exception):
                 await asyncio.shield(client.call(Method.RUN_CANCEL, {"run_id": run_id}, timeout=3.0))
             follower.end_cards("cancelled", "the interrupt")
-            view.finish("⏹ *interrupted*")
+            view.finish("✗ *interrupted*")
             # the cell's own coroutine: end it with one line rather than a CancelledError traceback
             raise AgentError(f"interrupted: run {run_id} was cancelled", code=Code.CANCELLED) from None
         finally:

@@ -88,7 +88,7 @@ def test_hostile_corpus_through_the_real_broker_stays_in_the_allowlist(
     html += [str(m["content"]["data"].get("state", {}).get("value", "")) for m in msgs
              if m["msg_type"] in ("comm_open", "comm_msg")]
     # the step line of the first hostile tool name: its newline and markup shown as text, on one line
-    assert any("🔧 <code>write`&lt;U+000A&gt;&lt;script&gt;window.__pwned=1&lt;/script&gt;`</code>" in h for h in html)
+    assert any("▸ <code>write`&lt;U+000A&gt;&lt;script&gt;window.__pwned=1&lt;/script&gt;`</code>" in h for h in html)
     for fragment in html:
         assert_allowlisted(fragment, CHROME_TAGS, CHROME_ATTRS)
         for _tag, attrs in elements(fragment):

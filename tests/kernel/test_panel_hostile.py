@@ -39,15 +39,16 @@ TARGET = f"<iframe src=javascript:{PWN}>.py"
 CODE = "\n".join(CORPUS[:40]) + f"\n# <script>{PWN}</script> \u202e end"
 
 # the panel builds its DOM from these tags and attributes only (labextension/src/panel.ts, el())
-PANEL_TAGS = {"div", "h2", "h3", "p", "pre", "button", "table", "tbody", "tr", "th", "td"}
-PANEL_ATTRS = {"class", "title", "data-request-id", "data-run-id", "disabled"}
+PANEL_TAGS = {"div", "h2", "h3", "p", "pre", "button", "table", "tbody", "tr", "th", "td", "input"}
+PANEL_ATTRS = {"class", "title", "data-request-id", "data-run-id", "data-scope", "disabled", "type", "placeholder",
+               "aria-label"}
 
 _PANEL_DOM_JS = """() => {
   const panel = document.getElementById('relay-jupyter-panel');
   const tags = new Set(), attrs = new Set();
   for (const el of panel.querySelectorAll('*')) {
     tags.add(el.tagName.toLowerCase());
-    for (const a of el.getAttributeNames()) attrs.add(a.toLowerCase());
+    for (const a of el.getAttributeNames()) attrs.add(a.toLowerCase() + ' (' + el.tagName.toLowerCase() + ')');
   }
   return [Array.from(tags), Array.from(attrs)];
 }"""
@@ -94,7 +95,9 @@ def _assert_panel_inert(page: Any, requests: list[str], dialogs: list[str]) -> N
     assert dialogs == []
     tags, attrs = page.evaluate(_PANEL_DOM_JS)
     assert set(tags) <= PANEL_TAGS, sorted(set(tags) - PANEL_TAGS)
-    assert set(attrs) <= PANEL_ATTRS, sorted(set(attrs) - PANEL_ATTRS)
+    # the filter box gets a style attribute from the page itself (not from any string of the broker's)
+    unexpected = sorted(a for a in attrs if a.split(" ")[0] not in PANEL_ATTRS and a != "style (input)")
+    assert unexpected == [], unexpected
     for tag, attr, raw, resolved in page.evaluate(_URLS_JS):
         for value in (raw, resolved):
             scheme = value.strip().lower().split(":", 1)[0] if ":" in value else ""
@@ -144,6 +147,9 @@ def test_hostile_strings_reach_the_panel_as_text(lab: tuple[Any, Any, Any]) -> N
     assert origin in shown, shown
     assert json.dumps(FILE)[1:-1] in shown and json.dumps(TARGET)[1:-1] in shown, shown
     _assert_panel_inert(page, requests, dialogs)
+    # the panel offers the scopes the broker offers: all of them for a push
+    assert [b.inner_text() for b in push.first.locator("button").all()] == [
+        "Approve", "Deny", "Allow for this run", "Always allow for this notebook"]
     push.first.get_by_role("button", name="Deny").click()
     push.first.wait_for(state="detached", timeout=30_000)
 
@@ -155,6 +161,8 @@ def test_hostile_strings_reach_the_panel_as_text(lab: tuple[Any, Any, Any]) -> N
     assert "<U+202E>" in code and f"<script>{PWN}</script>" in code
     page.screenshot(path=str(ARTIFACTS / "panel-hostile-run-code.png"), full_page=True)
     _assert_panel_inert(page, requests, dialogs)
+    # run_code is approved one call at a time: no wider scope is offered in the panel either
+    assert [b.inner_text() for b in card.first.locator("button").all()] == ["Approve", "Deny"]
     card.first.get_by_role("button", name="Deny").click()
     card.first.wait_for(state="detached", timeout=30_000)
 
@@ -168,7 +176,7 @@ def test_hostile_strings_reach_the_panel_as_text(lab: tuple[Any, Any, Any]) -> N
     run = panel.locator(".jp-relay-runs .jp-relay-run").filter(has_text="gnp.ipynb").first
     run.wait_for(timeout=30_000)
     assert run.locator(".jp-relay-notebook").inner_text() == nb_shown
-    assert run.locator(".jp-relay-notebook").get_attribute("title") == f"notebook:{NOTEBOOK}"
+    assert run.locator(".jp-relay-notebook").get_attribute("title") == origin  # the tooltip too: no bidi override
     rows = panel.locator(".jp-relay-audit .jp-relay-audit-row").filter(has_text="run_code")
     rows.first.wait_for(timeout=30_000)
     assert rows.first.locator(".jp-relay-notebook").inner_text() == nb_shown

@@ -41,12 +41,20 @@ def test_relay_helpers_against_the_real_broker(server: RealServer) -> None:
     reply, msgs = execute(kc, "relay.grants()")
     assert reply["status"] == "ok", text_of(msgs)
     assert "notebook:helpers.ipynb" in text_of(msgs) and "list_variables" in text_of(msgs)
+    # issue 13: the budget in words and numbers, not raw JSON
+    assert "tokens/day" in text_of(msgs) and "requests/min" in text_of(msgs), text_of(msgs)
+    assert '"tokens_per_day"' not in text_of(msgs) and "'tokens_per_day'" not in text_of(msgs)
     reply, msgs = execute(kc, "relay.budget()")
     assert reply["status"] == "ok", text_of(msgs)
     assert "tokens today" in text_of(msgs)
     reply, msgs = execute(kc, "a = relay.audit()\nr = relay.runs()\nprint(type(a).__name__, type(r).__name__)")
     assert reply["status"] == "ok", text_of(msgs)
     assert "DataFrame DataFrame" in text_of(msgs)
+    # issue 13: times are local date-times (the grant's audit record), not epoch floats
+    reply, msgs = execute(kc, "import time\nrow = a.iloc[-1]\nprint('ts', type(row.ts).__name__, row.ts.tzinfo is not None,"
+                              " abs(row.ts.timestamp() - time.time()) < 3600, str(row.ts)[:4])")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert "ts Timestamp True True 20" in text_of(msgs), text_of(msgs)
     reply, msgs = execute(kc, "relay.diff('a\\nb\\n', 'a\\nc\\n')")
     assert reply["status"] == "ok" and "+c" in text_of(msgs)
 

@@ -28,8 +28,8 @@ from relay_jupyter.kernel.widgets.diff_view import DiffView
 from .hostile_corpus import CORPUS, DIFF_FILE_NAMES, TOOL_NAMES
 
 SAFE_HREF = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
-CHROME_ATTRS = {**{t: set(a) for t, a in ATTRIBUTES.items()}, "details": {"open"}, "div": {"style", "class"},
-                "span": {"style"}, "pre": {"style"}}
+CHROME_ATTRS = {**{t: set(a) for t, a in ATTRIBUTES.items()}, "details": {"open"}, "div": {"style", "class", "title"},
+                "span": {"style", "title"}, "pre": {"style"}}
 
 
 class Elements(HTMLParser):
@@ -92,7 +92,7 @@ def test_refused_links_stay_visible_as_text() -> None:
 
 def test_images_become_links_with_their_alt_text() -> None:
     out = markdown_html("![the chart](https://example.org/c.png)")
-    assert out == ('<p><a href="https://example.org/c.png" rel="noopener noreferrer">🖼 the chart</a></p>\n')
+    assert out == ('<p><a href="https://example.org/c.png" rel="noopener noreferrer">[image] the chart</a></p>\n')
 
 
 def test_safe_markdown_keeps_its_structure() -> None:

@@ -216,7 +216,8 @@ def test_answer_from_elsewhere_updates_the_card_and_the_run_goes_on(kernel: Any,
     reply, msgs = execute(kernel, "%%agent\nwrite", on_iopub=seen.append, timeout=20)
     assert reply["status"] == "ok", text_of(msgs)
     assert "carried on" in text_of(msgs)
-    assert "Approved by browser:alice" in text_of(seen)
+    assert "Approved by you in the side panel" in text_of(seen)
+    assert "browser:alice" not in text_of(seen)  # a client id is not a name a person reads
     assert len(broker.answers) == answers_before  # the kernel did not answer a resolved request
 
 

@@ -110,3 +110,76 @@ def test_grants_and_run_text_fallbacks_escape_in_html() -> None:
                    "calls": [{"tool": "<b>t</b>", "outcome": {"status": "ok"}, "intent_at": 1.0, "outcome_at": 1.005}]})
     bundle = run._repr_mimebundle_()
     assert "&lt;b&gt;t&lt;/b&gt;" in bundle["text/html"] and "<b>t</b>: ok" in bundle["text/plain"]
+
+
+# ------------------------------------------------------------------ issue 13: widget polish
+BROKER_PUSH = {**PUSH, "preview": {"target": "clean.py", "size": 2020, "sha256": "cd" * 32,
+                                   "head": ["import pandas", "df = 1"]},
+               "reasons": ["writes clean.py in the Jupyter root (new file)", f"size 2020 bytes, sha256 {'cd' * 32}",
+                           "head (secret-looking lines masked):\nimport pandas\ndf = 1"]}
+
+
+@pytest.mark.asyncio
+async def test_push_card_says_each_fact_once_and_keeps_the_head_on_its_lines() -> None:
+    # the broker's own reasons for a push (workspace/tools.py) beside the card's preview section
+    card = ConsentCard(BROKER_PUSH)
+    html = "".join(getattr(child, "value", "") for child in card.widget.children)
+    assert html.count("cd" * 32) == 1 and html.count("import pandas") == 1, html
+    assert "2,020 bytes" in html and "writes clean.py in the Jupyter root" in html
+    assert "<pre style=\"margin:0\">import pandas\ndf = 1</pre>" in html or "import pandas\ndf = 1</pre>" in html
+    text = card_text(BROKER_PUSH)
+    assert text.count("cd" * 32) == 1 and text.count("import pandas") == 1, text
+    assert "import pandas\ndf = 1" in text  # the head keeps its lines in the text fallback
+
+
+def test_who_answered_is_said_in_words() -> None:
+    from relay_jupyter.kernel.widgets.consent_card import answerer
+
+    assert answerer("browser:ed4e1b3d5c9a4f0e8b7d:default") == "you in the side panel"
+    assert answerer("kill:browser:alice:default") == "the kill switch (side panel)"
+    assert answerer("kill:kernel:abc") == "the kill switch"
+    assert answerer("scope:run") == "your earlier “allow for this run”"
+    assert answerer("trust:notebook") == "your saved “always allow”"
+    assert answerer(None) == "the broker" and answerer("") == "the broker"
+    assert answerer("x\u202ey") == "x<U+202E>y"  # anything else is shown, never obeyed
+
+
+def test_budget_in_words_and_times_as_local_date_times() -> None:
+    import time
+
+    import pandas as pd
+
+    from relay_jupyter.kernel.widgets.tables import budget_words, frame, local_time
+
+    words = budget_words({"tokens_per_day": 200000, "cost_per_day_usd": 5.0, "requests_per_minute": 30.0,
+                          "max_steps_per_run": 25, "max_tokens_per_run": None, "future_limit": 3})
+    assert words == "200,000 tokens/day · $5.00/day · 30 requests/min · 25 steps/run · future_limit=3"
+    assert budget_words({}) == "no limits" and budget_words(None) == "no limits"
+    assert "{" not in words
+    now = time.time()
+    assert local_time(now) == time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    assert local_time(None) == "" and local_time("x") == "" and local_time(float("nan")) == ""
+    df = frame([{"ts": now, "tool": "a"}, {"ts": None, "tool": "b"}, {"ts": "bad", "tool": "c"}])
+    assert isinstance(df.ts[0], pd.Timestamp) and df.ts[0].tzinfo is not None
+    assert abs(df.ts[0].timestamp() - now) < 1 and df.ts[1] is pd.NaT and df.ts[2] is pd.NaT
+    assert str(df.ts[0]).startswith(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)))
+    assert list(frame([]).columns) == []
+
+
+def test_grants_table_keeps_the_revoke_button_whole_and_the_origin_as_a_tooltip() -> None:
+    from unittest.mock import patch
+
+    async def revoke(origin: str) -> None:
+        return None
+
+    long = "notebook:" + "very/long/path/" * 20 + "<x>.ipynb"
+    grants = [{"origin": long, "tools": ["run_code"], "models": ["*"], "budget": {"tokens_per_day": 1000}}]
+    shown: list[object] = []
+    with patch("relay_jupyter.kernel.widgets.tables.show", lambda widget, text: shown.append(widget)):
+        GrantsTable(grants, revoke).show()
+    row = shown[0].children[1]
+    button, label = row.children[0], row.children[1]
+    assert button.description == "Revoke" and button.layout.min_width == "6em" and button.layout.flex == "0 0 auto"
+    assert "title=\"" + long.replace("<", "&lt;").replace(">", "&gt;") + "\"" in label.value, label.value
+    assert "text-overflow:ellipsis" in label.value and "1,000 tokens/day" in label.value
+    assert "1,000 tokens/day" in GrantsTable(grants, revoke).text()

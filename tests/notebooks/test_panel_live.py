@@ -114,3 +114,35 @@ def test_runs_and_decisions_show_their_notebook_and_time(lab_page: tuple[Any, An
     page.locator(".jp-OutputArea-output").filter(has_text="relay:").first.wait_for(timeout=60_000)
     assert not (lab.root / "clean.py").exists()
     status.filter(has_text="relay: 0 waiting · 0 running").wait_for(timeout=30_000)
+
+
+def test_panel_answers_with_the_offered_scopes_and_filters_the_audit(lab_page: tuple[Any, Any]) -> None:
+    """Issue 13: the panel's card offers the scopes the cell's card offers (a push: once, run, notebook) and an
+    answer with a wider scope takes effect (Allow for this run: the push goes through); the recent decisions
+    have a filter (every word must match the notebook, tool, decision or code)."""
+    lab, page = lab_page
+    panel = _open_panel_and_run(lab, page, "scoped.ipynb")
+    card = panel.locator(".jp-relay-approvals .jp-relay-card").filter(has_text="scratch_push").first
+    assert [b.inner_text() for b in card.locator("button").all()] == [
+        "Approve", "Deny", "Allow for this run", "Always allow for this notebook"]
+    card.get_by_role("button", name="Allow for this run").click()
+    card.wait_for(state="detached", timeout=30_000)
+    page.locator(".jp-OutputArea-output").filter(has_text="✓ done").first.wait_for(timeout=90_000)
+    assert (lab.root / "clean.py").exists()
+    page.locator(".jp-OutputArea-output").get_by_text("for this run", exact=False).first.wait_for(timeout=30_000)
+
+    rows = panel.locator(".jp-relay-audit .jp-relay-audit-row")
+    rows.filter(has_text="scratch_push").filter(has_text="allow").first.wait_for(timeout=30_000)
+    assert rows.filter(has_text="scratch_write").count() >= 1
+    search = panel.locator(".jp-relay-audit-filter")
+    search.fill("PUSH allow")
+    texts = [r.inner_text() for r in rows.all()]
+    assert texts and all("scratch_push" in t and "allow" in t for t in texts), texts
+    search.fill("scoped.ipynb scratch_write")
+    texts = [r.inner_text() for r in rows.all()]
+    assert texts and all("scratch_write" in t for t in texts), texts
+    search.fill("no-such-tool-anywhere")
+    assert rows.count() == 0
+    page.screenshot(path=str(ARTIFACTS / "panel-scoped-and-filter.png"))
+    search.fill("")
+    assert rows.count() >= 2

@@ -34,7 +34,9 @@ class ConnectCard:
         self.future: asyncio.Future[dict[str, Any] | None] = self.loop.create_future()
         self.display_id = f"relay-connect-{uuid.uuid4().hex}"
         self.answered = False
-        self.model_field = w.Text(value=model, description="model")
+        # labels at their natural width: the default 90px cut "requests/min" to "requests/…"
+        wide = {"description_width": "initial"}
+        self.model_field = w.Text(value=model, description="model", style=wide)
         self.checks = []
         for tool in tools:
             klass = tool.get("class") or tool.get("tool_class") or "write"
@@ -44,9 +46,12 @@ class ConnectCard:
                                indent=False)
             check.tool_name = tool.get("name")
             self.checks.append(check)
-        self.tokens = w.IntText(value=int(budget.get("tokens_per_day") or 200_000), description="tokens/day")
-        self.cost = w.FloatText(value=float(budget.get("cost_per_day_usd") or 5.0), description="USD/day")
-        self.rpm = w.FloatText(value=float(budget.get("requests_per_minute") or 30.0), description="requests/min")
+        self.tokens = w.IntText(value=int(budget.get("tokens_per_day") or 200_000), description="tokens/day",
+                                style=wide)
+        self.cost = w.FloatText(value=float(budget.get("cost_per_day_usd") or 5.0), description="USD/day",
+                                style=wide)
+        self.rpm = w.FloatText(value=float(budget.get("requests_per_minute") or 30.0), description="requests/min",
+                               style=wide)
         self.connect = w.Button(description="Connect", button_style="success")
         self.cancel = w.Button(description="Cancel")
         self.connect.on_click(lambda _b: self._answer(True))
@@ -54,10 +59,11 @@ class ConnectCard:
         self.status = html_widget("<i>Connect grants this notebook the model, tools and budget below. "
                              "Writes still ask you each time.</i>")
         tool_box = w.VBox(self.checks) if self.checks else html_widget("<i>no tools offered</i>")
-        self.widget = w.VBox([html_widget("<b>🔌 Connect this notebook to the relay agent</b>"), self.model_field,
+        self.widget = w.VBox([html_widget("<b>Connect this notebook to the relay agent</b>"), self.model_field,
                               html_widget("tools:"), tool_box, self.tokens, self.cost, self.rpm,
                               w.HBox([self.connect, self.cancel]), self.status],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
+        self.widget.add_class("relay-card")  # the side panel's extension gives focus back after a click
         self._text = connect_text(model, [c.tool_name for c in self.checks], budget, "waiting for your answer")
 
     def show(self) -> None:

@@ -23,7 +23,8 @@ from .diff_view import DiffView
 CODE_LIMIT = MAX_CODE_CHARS
 """The card shows code in full up to what ``run_code`` accepts (longer code is refused by the kernel)."""
 
-__all__ = ["CHOICES", "CODE_LIMIT", "SCOPES", "ConsentCard", "card_text", "code_of", "offered_choices", "verb"]
+__all__ = ["CHOICES", "CODE_LIMIT", "SCOPES", "ConsentCard", "answerer", "card_text", "code_of", "offered_choices",
+           "verb"]
 
 #: (button label, decision, scope, button style)
 CHOICES = (
@@ -81,6 +82,53 @@ def _tool_change_diff(data: dict[str, Any]) -> str | None:
     return str(changed.get("diff") or "") if isinstance(changed, dict) else ""
 
 
+def reasons_beside_preview(data: dict[str, Any]) -> list[str]:
+    """The request's reasons, less those the card's preview section shows itself (a push's size and digest,
+    its head): the card said each of them twice, and a multi-line head ran into one line in a list item."""
+    reasons = [str(r) for r in data.get("reasons") or []]
+    preview = data.get("preview") if isinstance(data.get("preview"), dict) else {}
+    if not preview:
+        return reasons
+    shown = []
+    for reason in reasons:
+        if "sha256" in preview and reason.startswith("size ") and str(preview.get("sha256")) in reason:
+            continue
+        if "head" in preview and reason.startswith("head ("):
+            continue
+        shown.append(reason)
+    return shown
+
+
+def _head_text(preview: dict[str, Any]) -> str:
+    """A push's redacted head as lines (the broker sends a list of lines)."""
+    head = preview.get("head")
+    return "\n".join(str(line) for line in head) if isinstance(head, list) else str(head or "")
+
+
+def _fact(key: str, value: Any) -> str:
+    return f"{value:,} bytes" if key == "size" and isinstance(value, int) else str(value)
+
+
+def answerer(answered_by: Any) -> str:
+    """Who answered, in words, from a ``permission.resolved``'s ``answered_by`` (the broker's client id or
+    mechanism): ``browser:<user>:<client>`` is the user in the side panel (the Jupyter user's name on a token
+    server is a random id, which said nothing), ``kill:...`` the kill switch, ``scope:run`` / ``trust:notebook``
+    an earlier wider approval."""
+    text = str(answered_by or "")
+    if text.startswith("browser:"):
+        return "you in the side panel"
+    if text.startswith("kill:"):
+        return "the kill switch" + (" (side panel)" if text.startswith("kill:browser:") else "")
+    if text.startswith("kernel:"):
+        return "this notebook's kernel"
+    known = {"scope:run": "your earlier “allow for this run”", "trust:notebook": "your saved “always allow”",
+             "timeout": "the broker (timeout)", "shutdown": "the broker shutting down",
+             "policy:no-consent-port": "the broker (nobody can be asked)"}
+    if text in known:
+        return known[text]
+    return visible(short(text, 60), newlines=False) if text else "the broker"
+
+
 def verb(decision: str) -> str:
     return _VERBS.get(decision, decision)
 
@@ -108,8 +156,8 @@ def card_text(data: dict[str, Any], status: str = "waiting for your answer") -> 
             lines.append("other arguments: " + visible(short(pretty_json(others, 2000), 2000)))
     else:
         lines.append("arguments: " + visible(short(pretty_json(data.get("arguments", {}), 2000), 2000)))
-    for reason in data.get("reasons") or []:
-        lines.append(f"  - {visible(short(str(reason), 300))}")
+    for reason in reasons_beside_preview(data):
+        lines.append(f"  - {visible(short(reason, 300))}")
     changed = _tool_change_diff(data)
     if changed is not None:
         lines.append(f"WARNING: {TOOL_CHANGED}")
@@ -119,7 +167,10 @@ def card_text(data: dict[str, Any], status: str = "waiting for your answer") -> 
     if preview:
         for key in ("target", "size", "sha256"):
             if key in preview:
-                lines.append(f"{key}: {visible(str(preview[key]), newlines=False)}")
+                lines.append(f"{key}: {visible(_fact(key, preview[key]), newlines=False)}")
+        if preview.get("head") and not preview.get("diff"):
+            lines.append("head (secret-looking lines masked):")
+            lines.append(visible(short(_head_text(preview), 4000)))
         if preview.get("diff"):
             lines.append(visible(short(str(preview["diff"]), 4000)))
     lines.append(f"status: {status}")
@@ -141,7 +192,7 @@ class ConsentCard:
         preview = data.get("preview") or {}
         code = code_of(data)
         rows = [
-            f"<b>🔐 Permission request</b> — <code>{esc(data.get('tool'), newlines=False)}</code>",
+            f"<b>Permission request</b> — <code>{esc(data.get('tool'), newlines=False)}</code>",
             (f"<div>class: <b>{esc(data.get('tool_class', 'write'), newlines=False)}</b> · server: "
              f"{esc(data.get('server') or 'built-in', newlines=False)} · run: "
              f"{esc(data.get('run_id') or '', newlines=False)}</div>"),
@@ -156,9 +207,9 @@ class ConsentCard:
         else:
             rows.append("<div>arguments:</div><pre style='max-height:16em;overflow:auto;margin:0'>"
                         f"{esc(pretty_json(data.get('arguments', {})))}</pre>")
-        reasons = data.get("reasons") or []
+        reasons = reasons_beside_preview(data)
         if reasons:
-            rows.append("<ul>" + "".join(f"<li>{esc(short(str(r), 300))}</li>" for r in reasons) + "</ul>")
+            rows.append("<ul>" + "".join(f"<li>{esc(short(r, 300))}</li>" for r in reasons) + "</ul>")
         changed = _tool_change_diff(data)
         if changed is not None:
             rows.append(f"<div><b>⚠ {esc(TOOL_CHANGED)}</b></div>")
@@ -166,11 +217,11 @@ class ConsentCard:
         if changed:
             children.append(DiffView(changed, "the tool as offered → as it is now").widget())
         if preview:
-            facts = "".join(f"<div>{esc(k)}: <code>{esc(preview[k], newlines=False)}</code></div>"
+            facts = "".join(f"<div>{esc(k)}: <code>{esc(_fact(k, preview[k]), newlines=False)}</code></div>"
                             for k in ("target", "size", "sha256") if k in preview)
             if preview.get("head"):
                 facts += ("<details><summary>head</summary><pre style='margin:0'>"
-                          f"{esc(short(str(preview['head']), 4000))}</pre></details>")
+                          f"{esc(short(_head_text(preview), 4000))}</pre></details>")
             children.append(html_widget(facts))
             if preview.get("diff"):
                 children.append(DiffView(str(preview["diff"]), "diff against the current file").widget())
@@ -184,6 +235,7 @@ class ConsentCard:
         self.status = html_widget("<i>waiting for your answer…</i>")
         children += [w.HBox(self.buttons), self.status]
         self.widget = w.VBox(children, layout=w.Layout(border="1px solid #d0d7de", padding="6px", margin="4px 0"))
+        self.widget.add_class("relay-card")  # the side panel's extension gives focus back after a click
 
     def show(self) -> None:
         """Display the card (widget + text fallback)."""

@@ -67,7 +67,7 @@ class ElicitationCard:
         self.future: asyncio.Future[tuple[str, dict[str, Any] | None]] = self.loop.create_future()
         self.inputs: dict[str, tuple[dict[str, Any], Any]] = {}
         rows = [
-            (f"<b>❓ Question from the MCP server <code>{esc(data.get('server'), newlines=False)}</code></b> "
+            (f"<b>Question from the MCP server <code>{esc(data.get('server'), newlines=False)}</code></b> "
              f"— during <code>{esc(data.get('tool'), newlines=False)}</code>"),
             "<div><i>The text and the form below come from that server, not from relay. Answer only what "
             "you would tell it; relay never fills this in for you.</i></div>",
@@ -115,6 +115,7 @@ class ElicitationCard:
         self.status = html_widget("<i>waiting for your answer…</i>")
         children += [w.HBox(self.buttons), self.status]
         self.widget = w.VBox(children, layout=w.Layout(border="1px solid #d4a72c", padding="6px", margin="4px 0"))
+        self.widget.add_class("relay-card")  # the side panel's extension gives focus back after a click
 
     def show(self) -> None:
         show(self.widget, elicitation_text(self.data), self.display_id)

@@ -11,13 +11,62 @@ from typing import Any
 from ..rendering import chrome_html, visible
 from .base import esc, html_widget, pretty_json, short, show
 
-__all__ = ["BudgetMeters", "GrantsTable", "RunView", "budget_numbers"]
+__all__ = ["BudgetMeters", "GrantsTable", "RunView", "budget_numbers", "budget_words", "frame", "local_time"]
+
+#: record fields that hold epoch seconds (audit ``ts``, runs ``started_at`` / ``finished_at``, grants, checkpoints)
+TIME_COLUMNS = ("ts", "started_at", "finished_at", "created_at", "expires_at", "updated_at", "applied_at",
+                "reverted_at", "intent_at", "outcome_at")
 
 
 def _fmt_list(value: Any) -> str:
     if isinstance(value, (list, tuple, set, frozenset)):
         return ", ".join(sorted(str(v) for v in value)) or "—"
     return str(value)
+
+
+def local_time(value: Any) -> str:
+    """Epoch seconds as a local date-time (``2026-12-01 15:02:11``); "" for a missing or odd value."""
+    seconds = _number(value)
+    if seconds is None or seconds <= 0:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def frame(records: list[dict[str, Any]]) -> Any:
+    """A pandas DataFrame of broker records whose time columns are local date-times, not epoch floats
+    (tz-aware ``datetime64``: they sort, filter and subtract as times, and print as the user's clock)."""
+    import datetime
+
+    import pandas as pd
+
+    df = pd.DataFrame(records)
+    zone = datetime.datetime.now().astimezone().tzinfo
+    for column in TIME_COLUMNS:
+        if column in df.columns:
+            seconds = pd.to_numeric(df[column], errors="coerce")
+            df[column] = pd.to_datetime(seconds, unit="s", utc=True).dt.tz_convert(zone).dt.floor("s")
+    return df
+
+
+_BUDGET_WORDS = (("tokens_per_day", "{:,.0f} tokens/day"), ("cost_per_day_usd", "${:,.2f}/day"),
+                 ("requests_per_minute", "{:,.0f} requests/min"), ("max_steps_per_run", "{:,.0f} steps/run"),
+                 ("max_tokens_per_run", "{:,.0f} tokens/run"))
+
+
+def budget_words(budget: Any) -> str:
+    """A grant's budget in words and numbers (``200,000 tokens/day · $5.00/day · 30 requests/min ...``),
+    never raw JSON; a limit that is absent or None is left out, an unknown key is shown as ``key=value``."""
+    if not isinstance(budget, dict):
+        return "no limits" if budget in (None, {}) else str(budget)
+    parts = []
+    for key, form in _BUDGET_WORDS:
+        value = _number(budget.get(key))
+        if value is not None:
+            parts.append(form.format(value))
+    for key, value in sorted(budget.items()):
+        if key not in dict(_BUDGET_WORDS) and value is not None:
+            parts.append(f"{key}={value}")
+    return " · ".join(parts) or "no limits"
 
 
 class GrantsTable:
@@ -32,8 +81,8 @@ class GrantsTable:
             return "relay: no grants"
         lines = ["relay grants:"]
         for g in self.grants:
-            lines.append(f"  {g.get('origin')}: tools [{_fmt_list(g.get('tools', []))}], "
-                         f"models [{_fmt_list(g.get('models', []))}], budget {g.get('budget', {})}")
+            lines.append(f"  {visible(str(g.get('origin')), newlines=False)}: tools [{_fmt_list(g.get('tools', []))}], "
+                         f"models [{_fmt_list(g.get('models', []))}], budget: {budget_words(g.get('budget'))}")
         return "\n".join(lines)
 
     def show(self) -> None:
@@ -42,14 +91,22 @@ class GrantsTable:
         rows: list[Any] = [html_widget("<b>Grants</b>" if self.grants else "<i>no grants</i>")]
         for grant in self.grants:
             origin = str(grant.get("origin"))
-            label = html_widget(f"<code>{esc(origin, newlines=False)}</code> — tools: {esc(_fmt_list(grant.get('tools', [])))}; "
-                           f"models: {esc(_fmt_list(grant.get('models', [])))}; "
-                           f"budget: {esc(short(pretty_json(grant.get('budget', {}), 400), 400))}")
-            button = w.Button(description="Revoke", button_style="danger", layout=w.Layout(width="auto"))
+            # a long notebook path is cut with an ellipsis; the whole origin is its tooltip (title)
+            label = html_widget(
+                f"<div style='overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:60em' "
+                f"title='{esc(origin, newlines=False)}'><code>{esc(origin, newlines=False)}</code></div>"
+                f"<div>tools: {esc(_fmt_list(grant.get('tools', [])))}; "
+                f"models: {esc(_fmt_list(grant.get('models', [])))}</div>"
+                f"<div>budget: {esc(budget_words(grant.get('budget')))}</div>")
+            # the button keeps its width (it was squeezed to "R…" by a long label beside it)
+            button = w.Button(description="Revoke", button_style="danger", tooltip=f"revoke the grant of {origin}",
+                              layout=w.Layout(width="auto", min_width="6em", flex="0 0 auto"))
             note = html_widget("")
             button.on_click(lambda b, o=origin, n=note: self._revoke(o, b, n))
             rows.append(w.HBox([button, label, note]))
-        show(w.VBox(rows), self.text())
+        table = w.VBox(rows)
+        table.add_class("relay-card")  # the side panel's extension gives focus back after a click
+        show(table, self.text())
 
     def _revoke(self, origin: str, button: Any, note: Any) -> None:
         button.disabled = True
