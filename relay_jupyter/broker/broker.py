@@ -63,7 +63,7 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: set(METHODS))
         self.audit = CountingAudit(audit, self.metrics)
         self.pricing = Pricing(config.pricing or None)
-        self.grants = GrantBook(store)
+        self.grants = GrantBook(store, policy=_admin_policy(config))
         # a hold outlives the longest model turn (then it is a crashed broker's: charged in full, docs/gate.md §6)
         self.ledger = BudgetLedger(store, hold_ttl=max(HOLD_TTL, 2 * config.turn_timeout + 60),
                                    **_team_budgets(config, store))
@@ -230,6 +230,15 @@ class Broker:
             log.warning("relay: could not release the broker's lease: %s", exc)
         self.audit.close()
         self.store.close()
+
+
+def _admin_policy(config: BrokerConfig) -> Any:
+    """The admin policy every grant is narrowed by (core/admin_policy.py), or None."""
+    if not config.admin_policy:
+        return None
+    from ..core.admin_policy import AdminPolicy
+
+    return AdminPolicy.from_config(config.admin_policy)
 
 
 def _team_budgets(config: BrokerConfig, store: Store) -> dict[str, object]:

@@ -114,6 +114,9 @@ class BrokerConfig(BaseModel):
     user: str | None = None
     """The user this broker's notebooks belong to (team membership); None: ``$JUPYTERHUB_USER``, else the
     login name. Origins ``user:<name>/...`` name their own user."""
+    admin_policy: dict[str, Any] = Field(default_factory=dict)
+    """What an administrator allows at most (core/admin_policy.py): ``{models, tools, modes, max_budget}``;
+    every grant is narrowed by it when read, and a run in a mode it leaves out is refused."""
     hub_service_url: str | None = None
     """``http://host:port/services/<name>/``: the JupyterHub service that is the hub's one broker
     (server/hub_service.py). Set (or ``$RELAY_HUB_SERVICE_URL``), a single-user server's extension is a
@@ -160,6 +163,13 @@ class BrokerConfig(BaseModel):
                 Teams.from_config(self.teams)
             except ValueError as exc:
                 raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp.teams: {exc}") from None
+        if self.admin_policy:
+            from ..core.admin_policy import AdminPolicy
+
+            try:
+                AdminPolicy.from_config(self.admin_policy)
+            except ValueError as exc:
+                raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp.{exc}") from None
         return self
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from .errors import Code, GateRefusal, RoutingRefusal
 from .ports import GrantStore
+from .admin_policy import AdminPolicy
 from .types import Budget, Grant
 
 __all__ = ["GrantBook", "widens"]
@@ -57,8 +58,11 @@ class GrantBook:
     """
 
     def __init__(self, store: GrantStore, clock: Callable[[], float] = time.time, *,
-                 cache_ttl: float = 1.0, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 cache_ttl: float = 1.0, monotonic: Callable[[], float] = time.monotonic,
+                 policy: AdminPolicy | None = None) -> None:
         self._store = store
+        self.policy = policy
+        """The admin policy every grant read is narrowed by (core/admin_policy.py); None: none."""
         self._clock = clock
         self._mono = monotonic
         self._ttl = cache_ttl
@@ -103,7 +107,7 @@ class GrantBook:
         expires = grant.expires_at
         if expires is not None and self._clock() >= expires:
             return None
-        return grant
+        return self.policy.narrow(grant) if self.policy is not None else grant
 
     def issue(self, grant: Grant) -> Grant:
         """Store ``grant`` for ``grant.origin``, replacing any existing one.
@@ -189,7 +193,8 @@ class GrantBook:
         with self._lock:
             for g in grants:
                 self._seen.setdefault(g.origin, set()).add(g.consent_id)
-        return [g for g in grants if not g.expired(now)]
+        live = [g for g in grants if not g.expired(now)]
+        return [self.policy.narrow(g) for g in live] if self.policy is not None else live
 
     def invalidate(self, origin: str | None = None) -> None:
         """Forget cached reads (all, or one origin's): the next read goes to the store."""

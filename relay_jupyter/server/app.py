@@ -107,6 +107,9 @@ class RelayApp(ExtensionApp):
                                    "tokens_per_month, cost_per_month_usd}} (docs/multi-user.md).")
     user = Unicode("", config=True, help="The user whose teams this server's notebooks draw from "
                                           "(default: $JUPYTERHUB_USER, else the login name).")
+    admin_policy = Dict(config=True, help="What the administrator allows at most: {models: [...], tools: [...], "
+                                          "modes: [ask, review, full], max_budget: {tokens_per_day, ...}}; every "
+                                          "grant is narrowed by it (docs/multi-user.md).")
     hub_service_url = Unicode("", config=True,
                               help="http://host:port/services/<name>/ of the relay JupyterHub service (else "
                                    "$RELAY_HUB_SERVICE_URL): this server is then a thin client, with no broker, "

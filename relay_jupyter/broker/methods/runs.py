@@ -14,7 +14,7 @@ caller's own origin; ``all: true``, browser sessions only, every origin).
 from __future__ import annotations
 
 from ...backends.registry import spec as backend_spec
-from ...core.errors import Code, ConfigRefusal, RoutingRefusal
+from ...core.errors import Code, ConfigRefusal, GateRefusal, RoutingRefusal
 from ...core.types import PermissionMode
 from ...protocol.models_control import (
     CancelledResult,
@@ -55,6 +55,10 @@ async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
     if existing is not None and existing != origin:
         # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
+    policy = broker.grants.policy  # the admin policy's run modes (core/admin_policy.py)
+    refused = policy.refusal(params.mode) if policy is not None else None
+    if refused is not None:
+        raise GateRefusal(Code.SCOPE_EXCEEDED, refused, data={"mode": params.mode})
     backend = params.backend or broker.config.default_backend
     engine = params.engine or broker.config.default_engine
     if engine == "relay" and backend not in runs.backends:
