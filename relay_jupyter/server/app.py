@@ -28,6 +28,7 @@ from ..broker.anthropic_proxy import AnthropicProxy
 from ..broker.openai_proxy import OpenAIProxy
 from .anthropic_handlers import anthropic_handlers
 from .openai_handlers import openai_handlers
+from .mcp_gateway import mcp_gateway_handlers
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
@@ -227,6 +228,7 @@ class RelayApp(ExtensionApp):
         if getattr(self, "thin_client_url", None):
             return
         self.handlers.extend(relay_handlers() + anthropic_handlers() + openai_handlers())
+        self.handlers.extend(mcp_gateway_handlers())  # relay/mcp: the gated MCP gateway (docs/mcp.md)
 
     async def stop_extension(self) -> None:
         """Deny pending permission requests and close storage."""
@@ -239,5 +241,8 @@ class RelayApp(ExtensionApp):
                 await proxy.aclose()
         broker: Broker | None = getattr(self, "broker", None)
         if broker is not None:
+            from ..broker.mcp_gateway import mcp_gateway_of
+
+            await mcp_gateway_of(broker).aclose()  # revokes every gateway token, stops its loopback listener
             await stop_components(broker)
             broker.close()

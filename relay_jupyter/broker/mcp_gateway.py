@@ -1,0 +1,366 @@
+"""The gated MCP gateway: relay as one Streamable HTTP MCP server for another MCP client (docs/mcp.md).
+
+Another agent — the ``claude`` CLI of the claude-code engine, Claude Code on the desktop, Cursor — gets
+the user's tools only through relay's gate: :meth:`McpGateway.handle` answers ``tools/list`` with one
+origin's granted tools and runs every ``tools/call`` through the one executor (``tools.call``'s path:
+size bound, the tool re-read from its source, JSON Schema, preflight, grant → allowlist → budget → class
+→ consent for writes, the MCP digest binding, audit; call ids ``mcpgw_…``).
+
+Who may call: the holder of a **gateway token** minted by :meth:`McpGateway.session` for one origin
+(and optionally one run and the client id that answers its cards), sent as ``Authorization: Bearer``.
+Nothing else: no cookie, no Jupyter token, no token in the URL (refused, and the URL is never logged).
+Tokens are kept as SHA-256 digests, compared in constant time, never logged, evented or audited.
+
+The wire: JSON-RPC over ``POST`` answered with ``application/json`` (the Streamable HTTP transport
+allows a JSON answer instead of an SSE stream), stateless (no ``Mcp-Session-Id``), handshake-era
+protocol versions (``initialize``: 2025-03-26, 2025-06-18, 2025-11-25; a 2026-07-28 client's
+``server/discover`` gets "method not found", which the MCP SDKs answer by falling back to
+``initialize``). Hand-written on tornado (as ``engine_endpoint.py``) rather than the SDK's ASGI server:
+the Jupyter server is tornado, the daemon too, and the surface is five methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from tornado.web import RequestHandler
+
+from ..core.tooling import ToolContext, ToolResult
+from ..core.types import PermissionMode, ToolClass
+from ..runtime.executor import refusal_of
+from ..runtime.tools import ToolIndex
+from .conversation_keys import conversation_key
+from .tool_sources import tool_sources
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["GATEWAY_PROTOCOL_VERSIONS", "MAX_BODY_BYTES", "GatewayHandler", "GatewaySession", "McpGateway",
+           "mcp_gateway_of"]
+
+log = logging.getLogger(__name__)
+
+#: What ``initialize`` negotiates (oldest first); a client asking another version gets the newest.
+GATEWAY_PROTOCOL_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+MAX_BODY_BYTES = 1 << 20
+_CALLER_KIND = "mcp-gateway"  # not "kernel": kernel tools are never offered through the gateway
+_TOKEN_PREFIX = "relay-mcp-"
+_UNAUTHORIZED = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"a relay MCP gateway token is required (Authorization: Bearer)"}}'
+
+
+@dataclass
+class GatewaySession:
+    """One client's access: put ``url`` and ``Authorization: Bearer <token>`` into the client's MCP config."""
+
+    url: str
+    token: str = field(repr=False)
+    origin: str
+    originator: str | None = None
+    """Client id that answers this session's consent cards (a run's kernel); None: the side panel."""
+    run_id: str | None = None
+    conversation: str = ""
+    mode: PermissionMode = PermissionMode.ASK
+    label: str = "client"
+    calls: int = 0
+
+    def __repr__(self) -> str:  # the token never appears in a repr, a log line or a traceback
+        return f"GatewaySession(url={self.url!r}, origin={self.origin!r}, run_id={self.run_id!r}, label={self.label!r})"
+
+
+class McpGateway:
+    """The broker's gateway: tokens per origin, the JSON-RPC handling, and a loopback listener for
+    subprocesses the broker starts (engines), which need no Jupyter URL, token or cookie."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._sessions: dict[bytes, GatewaySession] = {}
+        self._server: Any = None
+        self._port: int | None = None
+        self._standalone: Any = None
+
+    # -- tokens --------------------------------------------------------------------------------
+
+    def _start(self) -> int:
+        if self._port is None:
+            import socket
+
+            from tornado.httpserver import HTTPServer
+            from tornado.web import Application
+
+            app = Application([(r"/mcp", GatewayHandler, {"gateway": self})], log_function=_log_request)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(64)
+            sock.setblocking(False)
+            server = HTTPServer(app, max_body_size=MAX_BODY_BYTES, xheaders=False)
+            server.add_sockets([sock])
+            self._server, self._port = server, sock.getsockname()[1]
+        return self._port
+
+    async def session(self, origin: str, *, originator: str | None = None, run_id: str | None = None,
+                      conversation: str = "", mode: PermissionMode | str = PermissionMode.ASK,
+                      label: str = "client", url: str | None = None) -> GatewaySession:
+        """Mint a token for ``origin``; the session's ``url`` is the loopback listener (started on first use)
+        unless ``url`` names another mount of the gateway (``{base_url}relay/mcp`` in the Jupyter server).
+        Revoke it with :meth:`end`."""
+        if not isinstance(origin, str) or not origin:
+            raise ValueError("a gateway session needs an origin")
+        if url is None:
+            url = f"http://127.0.0.1:{self._start()}/mcp"
+        token = _TOKEN_PREFIX + secrets.token_urlsafe(32)
+        session = GatewaySession(url=url, token=token, origin=origin, originator=originator, run_id=run_id,
+                                 conversation=conversation, mode=PermissionMode(mode), label=label[:64])
+        self._sessions[hashlib.sha256(token.encode()).digest()] = session
+        return session
+
+    def end(self, session: GatewaySession) -> bool:
+        """Revoke ``session``'s token; True if it was live."""
+        return self._sessions.pop(hashlib.sha256(session.token.encode()).digest(), None) is not None
+
+    def end_origin(self, origin: str) -> int:
+        """Revoke every token of ``origin`` (its kernel ended, its grant was revoked)."""
+        gone = [k for k, s in self._sessions.items() if s.origin == origin]
+        for key in gone:
+            del self._sessions[key]
+        return len(gone)
+
+    def authenticate(self, presented: str) -> GatewaySession | None:
+        if not presented or len(presented) > 512:
+            return None
+        digest = hashlib.sha256(presented.encode()).digest()
+        session = self._sessions.get(digest)
+        # the dict lookup is by digest; the compare keeps the check itself constant-time
+        if session is None or not hmac.compare_digest(digest, hashlib.sha256(session.token.encode()).digest()):
+            return None
+        return session
+
+    async def aclose(self) -> None:
+        self._sessions.clear()
+        if self._server is not None:
+            self._server.stop()
+            self._server, self._port = None, None
+
+    # -- MCP -----------------------------------------------------------------------------------
+
+    def _context(self, session: GatewaySession) -> ToolContext:
+        conversation = conversation_key(session.origin, session.conversation) if session.conversation else ""
+        return ToolContext(origin=session.origin, conversation=conversation, originator=session.originator,
+                           run_id=session.run_id, mode=session.mode, caller_kind=_CALLER_KIND)
+
+    def tools(self, session: GatewaySession) -> list[dict[str, Any]]:
+        """The origin's tools its grant allows, as MCP ``Tool`` objects (kernel tools never)."""
+        grant = self.broker.grants.get(session.origin)
+        if grant is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for spec in ToolIndex(tool_sources(self.broker), self._context(session)).specs():
+            if not grant.allows_tool(spec.name):
+                continue
+            tool: dict[str, Any] = {"name": spec.name, "description": spec.description,
+                                    "inputSchema": spec.input_schema}
+            read = spec.tool_class in (ToolClass.READ, ToolClass.CONTAINED)
+            tool["annotations"] = {"readOnlyHint": read, "destructiveHint": not read}
+            out.append(tool)
+        return out
+
+    async def call(self, session: GatewaySession, name: Any, arguments: Any) -> dict[str, Any]:
+        """One ``tools/call`` through the one executor; a refusal is an ``isError`` result naming its code."""
+        if not isinstance(name, str) or not name or len(name) > 200:
+            return _text_result("refused (UNKNOWN_TOOL): the tool name must be a string", True)
+        if arguments is None:
+            arguments = {}
+        session.calls += 1
+        ctx = self._context(session)
+        result = await self._execute(ctx, name, arguments)
+        refusal = refusal_of(result)
+        if refusal is not None:
+            return _text_result(f"refused ({refusal.code.value}): {refusal.message}", True)
+        return _text_result(result.content, bool(result.is_error))
+
+    async def _execute(self, ctx: ToolContext, name: str, arguments: Any) -> ToolResult:
+        call_id = "mcpgw_" + secrets.token_hex(8)
+        runs = self.broker.runs
+        if runs is not None:
+            runs.check_storage()  # a call the broker could not audit is refused before it starts
+            return await runs.executor.execute_client_call(ctx, ToolIndex(runs.providers, ctx), name, arguments,
+                                                           call_id)
+        from .methods.tools import _executor  # a broker with no runtime: the same standalone executor
+
+        return await _executor(self.broker).execute_client_call(ctx, ToolIndex(tool_sources(self.broker), ctx),
+                                                                name, arguments, call_id)
+
+    async def handle(self, session: GatewaySession, body: bytes) -> tuple[int, bytes | None]:
+        """One POST body -> ``(status, JSON answer or None for 202)``."""
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            return 400, _error(None, -32700, "parse error")
+        if isinstance(message, list):
+            return 400, _error(None, -32600, "batches are not supported")
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return 400, _error(None, -32600, "invalid request")
+        if "method" not in message:  # a response or an error from the client: nothing asked it
+            return 202, None
+        method, msg_id = message.get("method"), message.get("id")
+        if "id" not in message:  # a notification (initialized, cancelled, ...)
+            return 202, None
+        if not (msg_id is None or isinstance(msg_id, str | int)) or isinstance(msg_id, bool):
+            return 400, _error(None, -32600, "invalid id")
+        params = message.get("params") or {}
+        if not isinstance(params, dict):
+            return 200, _error(msg_id, -32602, "params must be an object")
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            version = asked if asked in GATEWAY_PROTOCOL_VERSIONS else GATEWAY_PROTOCOL_VERSIONS[-1]
+            return 200, _result(msg_id, {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": "relay", "version": _version()},
+                "instructions": "relay-jupyter's gate: every call is checked against your grant, budget and "
+                                "class; writes wait for the user's approval in the notebook."})
+        if method == "ping":
+            return 200, _result(msg_id, {})
+        if method == "tools/list":
+            return 200, _result(msg_id, {"tools": self.tools(session)})
+        if method == "tools/call":
+            return 200, _result(msg_id, await self.call(session, params.get("name"), params.get("arguments")))
+        return 200, _error(msg_id, -32601, "method not found")
+
+
+def _text_result(text: str, is_error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def _result(msg_id: Any, result: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}, ensure_ascii=False).encode()
+
+
+def _error(msg_id: Any, code: int, message: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}).encode()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("relay-jupyter")
+    except Exception:
+        return "0"
+
+
+def _presented(headers: Any) -> str:
+    scheme, _, value = headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _log_request(handler: RequestHandler) -> None:
+    """Tornado's access line without the query string (a token put in the URL is never logged)."""
+    req = handler.request
+    log.debug("%d %s %s (%.1f ms)", handler.get_status(), req.method, req.path, 1000.0 * req.request_time())
+
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+class GatewayHandler(RequestHandler):
+    """``POST /mcp`` (the loopback listener) and ``{base_url}relay/mcp`` (server/mcp_gateway.py). A bearer
+    gateway token only: no cookie, no XSRF, no Jupyter login."""
+
+    gateway: McpGateway
+
+    def initialize(self, gateway: McpGateway | None = None, **_: Any) -> None:
+        if gateway is not None:
+            self.gateway = gateway
+
+    def set_default_headers(self) -> None:
+        self.clear_header("Server")
+        self.set_header("Cache-Control", "no-store")
+
+    def check_xsrf_cookie(self) -> None:  # a bearer token, never a cookie
+        return None
+
+    def _refuse(self, status: int, body: bytes, *, authenticate: bool = False) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        if authenticate:
+            self.set_header("WWW-Authenticate", 'Bearer realm="relay"')
+        self.finish(body)
+
+    def _session(self) -> GatewaySession | None:
+        query = self.request.query_arguments
+        if any(k.lower() in ("token", "access_token", "key", "api_key") for k in query):
+            self._refuse(400, _error(None, -32600, "a token in the URL is refused: send Authorization: Bearer"))
+            return None
+        origin = self.request.headers.get("Origin")
+        if origin is not None and (urlsplit(origin).hostname or "") not in _LOOPBACK_HOSTS:
+            # DNS-rebinding defence (MCP Streamable HTTP: servers must check Origin); a page elsewhere
+            # cannot hold a token anyway
+            self._refuse(403, _error(None, -32600, "cross-origin requests are refused"))
+            return None
+        session = self.gateway.authenticate(_presented(self.request.headers))
+        if session is None:
+            self._refuse(401, _UNAUTHORIZED, authenticate=True)
+            return None
+        return session
+
+    async def post(self) -> None:
+        session = self._session()
+        if session is None:
+            return
+        if len(self.request.body) > MAX_BODY_BYTES:
+            self._refuse(413, _error(None, -32600, f"the body is over {MAX_BODY_BYTES} bytes"))
+            return
+        version = self.request.headers.get("MCP-Protocol-Version")
+        if version is not None and version not in GATEWAY_PROTOCOL_VERSIONS:
+            self._refuse(400, _error(None, -32600, "unsupported MCP-Protocol-Version"))
+            return
+        try:
+            status, answer = await self.gateway.handle(session, self.request.body)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("MCP gateway: internal error")
+            status, answer = 200, _error(None, -32603, "Internal error")
+        self.set_status(status)
+        if answer is None:
+            self.finish()
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(answer)
+
+    async def get(self) -> None:  # no server-to-client stream: nothing is ever pushed
+        if self._session() is None:
+            return
+        self.set_status(405)
+        self.set_header("Allow", "POST")
+        self.finish()
+
+    async def delete(self) -> None:  # stateless: there is no session to end
+        if self._session() is None:
+            return
+        self.set_status(405)
+        self.set_header("Allow", "POST")
+        self.finish()
+
+
+_gateways: weakref.WeakKeyDictionary[Any, McpGateway] = weakref.WeakKeyDictionary()
+
+
+def mcp_gateway_of(broker: Broker) -> McpGateway:
+    """The broker's gateway, made on first use (kept beside the broker, as ``tool_sources`` keeps added sources)."""
+    gateway = _gateways.get(broker)
+    if gateway is None:
+        gateway = McpGateway(broker)
+        _gateways[broker] = gateway
+    return gateway
+
