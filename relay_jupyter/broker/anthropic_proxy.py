@@ -174,9 +174,12 @@ class AnthropicProxy(GatedProxy):
         estimate = estimate_request(json_text(system or ""), [m if isinstance(m, Mapping) else {"content": m}
                                                               for m in messages],
                                     [t if isinstance(t, Mapping) else {"tool": t} for t in tools], max_tokens)
+        # the session and lineage (pure hashing; stored by _forward only once the answer completed)
+        sessions = getattr(self.broker, "sessions", None)
+        observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
         reservation = self._reserve(origin, model, estimate)
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
-                                   _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens)))
+                                   _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens)), observed=observed)
 
     async def models(self, origin: str, query: Mapping[str, str], client_headers: Mapping[str, str]
                      ) -> ProxyResponse:

@@ -6,7 +6,7 @@
 
 Attributes other layers use: ``store, audit, grants (GrantBook), ledger (BudgetLedger), gate (Gate),
 pricing, events (EventBus), permissions (PermissionRouter), kernel_bridge (KernelBridge), config,
-metrics, telemetry (core/telemetry.Telemetry)``; optional slots ``runs, mcp, workspace_tools, checkpoints`` start as None and are wired by
+metrics, telemetry (core/telemetry.Telemetry), sessions (broker/sessions.SessionBook)``; optional slots ``runs, mcp, workspace_tools, checkpoints`` start as None and are wired by
 those components when they are installed (a method that needs a missing one answers UNAVAILABLE).
 """
 
@@ -26,6 +26,7 @@ from ..core.memory import MemoryAuditSink, MemoryStore
 from ..core.ports import AuditSink, CheckpointStore, Store
 from ..core.pricing import Pricing
 from ..core.telemetry import Telemetry
+from .sessions import SessionBook
 from ..storage.errors import StoreError
 from .config import BrokerConfig
 from .dispatch import dispatch
@@ -76,6 +77,8 @@ class Broker:
         self.kernel_bridge = KernelBridge(self.events, timeout=config.kernel_tool_timeout)
         # one row per model request of the endpoints and of runs (core/telemetry.py, docs/telemetry.md)
         self.telemetry = Telemetry(store, observers=[self.metrics.observe_request])
+        # the endpoints' sessions and lineage (broker/sessions.py, core/lineage.py)
+        self.sessions = SessionBook()
         # wired later by their components
         self.runs: RunManager | None = None
         self.mcp: McpRegistry | None = None

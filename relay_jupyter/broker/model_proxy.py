@@ -354,10 +354,11 @@ class GatedProxy:
         return ProxyResponse(resp.status_code, self._returned(resp.headers), once(self._masked(body, key)))
 
     async def _forward(self, url: str, body: bytes, params: Mapping[str, str], headers: Mapping[str, str],
-                       key: Any, reservation: Reservation | None, model: str | None, meter: Meter | None
-                       ) -> ProxyResponse:
+                       key: Any, reservation: Reservation | None, model: str | None, meter: Meter | None,
+                       *, observed: Any = None) -> ProxyResponse:
         """POST ``body`` upstream and answer with what comes back; ``meter`` None: forwarded unmetered
-        (``count_tokens``)."""
+        (``count_tokens``). A metered request leaves a telemetry row (:meth:`_record`); ``observed`` is its
+        session and lineage (``broker/sessions.Observation``), committed only when the answer completed."""
         import httpx2
 
         client = self._http()
@@ -367,7 +368,9 @@ class GatedProxy:
             resp = await client.send(request, stream=True)
         except httpx2.HTTPError as exc:
             self._settle(reservation, model, None, "not_started", 0)
-            raise self._unreachable(exc) from None
+            failure = self._unreachable(exc)
+            self._record(reservation, model, "error", started, None, observed, failure.code)
+            raise failure from None
         returned = self._returned(resp.headers)
         if resp.status_code != 200:
             try:
@@ -375,6 +378,8 @@ class GatedProxy:
             finally:
                 await resp.aclose()
             self._settle(reservation, model, None, "refused", 0)
+            self._record(reservation, model, "upstream_error", started, None, observed,
+                         f"HTTP_{resp.status_code}" if 100 <= resp.status_code < 1000 else None)
             return ProxyResponse(resp.status_code, returned, once(self._masked(raw[:MAX_BODY_BYTES], key)))
         sse = "text/event-stream" in resp.headers.get("content-type", "")
         used = meter
@@ -383,8 +388,12 @@ class GatedProxy:
             outcome = "interrupted"
             streamed = 0
             collected = bytearray()
+            first_at: float | None = None
+            code: str | None = None
             try:
                 async for chunk in resp.aiter_bytes():  # decoded, should a server compress despite identity
+                    if first_at is None:
+                        first_at = time.monotonic()
                     if sse:
                         if used is not None:
                             used.feed_sse(chunk)
@@ -402,11 +411,16 @@ class GatedProxy:
                     if not used.usage.total:
                         streamed = await self._unreported(reservation, used)
                     outcome = "complete"
+            except ProxyError as exc:
+                code = exc.code
+                raise
             finally:
                 await resp.aclose()
                 if used is not None:
                     self._settle(reservation, model, used.usage, outcome,
                                  streamed or used.streamed_chars // 3)
+                    self._record(reservation, model, "ok" if outcome == "complete" else "interrupted", started,
+                                 first_at, observed, code)
                 log.debug("relay proxy: %s %s in %.3f s (%s)", model, outcome, time.monotonic() - started,
                           "stream" if sse else "json")
 
@@ -421,6 +435,27 @@ class GatedProxy:
                                                outcome=outcome, streamed_output_tokens=streamed)
         except Exception:  # noqa: BLE001 - settling must never break the answer; the ledger keeps the hold
             log.exception("relay proxy: settling a request failed")
+
+    def _record(self, reservation: Reservation | None, model: str | None, status: str, started: float,
+                first_at: float | None, observed: Any, code: str | None) -> None:
+        """The request's telemetry row (core/telemetry.py: the gate's charge, latency, time to first
+        byte, session and lineage); on success the session's new history is stored. Never raises."""
+        if reservation is None or model is None:
+            return
+        try:
+            now = time.monotonic()
+            if status == "ok" and observed is not None:
+                observed.commit()  # the lineage is stored only after the upstream request succeeded
+            telemetry = getattr(self.broker, "telemetry", None)
+            if telemetry is not None:
+                telemetry.record_settled(
+                    reservation, model=model, source="proxy", status=status,  # type: ignore[arg-type]
+                    latency_ms=(now - started) * 1000.0,
+                    ttft_ms=None if first_at is None else (first_at - started) * 1000.0,
+                    session=getattr(observed, "session", None),
+                    lineage=getattr(getattr(observed, "lineage", None), "kind", None), error_code=code)
+        except Exception:  # noqa: BLE001 - telemetry must never break the answer
+            log.exception("relay proxy: recording telemetry failed")
 
 
 def _plain(headers: Mapping[str, str]) -> dict[str, str]:
