@@ -5,8 +5,10 @@ the real gate, consent cards, workspace diffs and budgets. It is never chosen si
 selects it only when no real backend is configured, and every text it produces starts with
 ``[demo]`` and says how to configure a real one.
 
-Scripts are picked by keywords in the latest prompt; each step looks at the previous tool result,
-so a denied push is reported as denied. Hand-written (no library fits): a few dozen lines of
+Scripts are picked by keywords in the latest prompt (a greeting, DataFrames, a plot, running code, files,
+the time, a cell); each step looks at the previous tool result, so a denied push is reported as denied, and
+what it shows or runs uses the kernel's real variables. Anything else gets a plain "I can't answer that"
+with how to configure a model -- never a canned answer to a question it did not understand. Hand-written (no library fits): a few dozen lines of
 deterministic replay that the documentation notebooks can rely on under nbval.
 """
 
@@ -32,6 +34,22 @@ DEMO_NOTICE = (
     "`c.RelayApp.anthropic_api_key`, or the 0600 secrets file); for a local model set "
     "`c.RelayApp.openai_base_url`."
 )
+
+CANNOT = ("I can't answer that: I am a scripted demo, not a model. I can *describe the DataFrames*, *plot a "
+          "column*, *run code* that summarises your data, *write a cleaning script to a file*, *propose a code "
+          "cell*, or ask for *the time* (with the `mcp-server-time` MCP server configured).")
+
+# a cell that summarises every DataFrame of the notebook, whatever they are called (none: it says so)
+_SUMMARY_CELL = """import pandas as pd
+
+frames = {name: value for name, value in globals().items()
+          if isinstance(value, pd.DataFrame) and not name.startswith("_")}
+for name, frame in frames.items():
+    print(f"{name}: {frame.shape[0]} rows x {frame.shape[1]} columns")
+    display(frame.describe(include="all"))
+if not frames:
+    print("no DataFrame in this notebook yet")
+"""
 
 _CHUNK = 24  # characters per streamed delta: enough deltas to show streaming, few enough to stay cheap
 
@@ -115,7 +133,14 @@ class DemoBackend:
 
     def _script(self, prompt: str, step: int, results: list[dict[str, Any]],
                 tools: Sequence[ToolSpec]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-        if re.search(r"\b(data ?frames?|variables?|describe|columns?)\b", prompt):
+        if re.search(r"^\W*(hello|hi|hey|help)\b|what can you do", prompt):
+            return self._hello()
+        if re.search(r"\b(plot|chart|graph|histogram|visuali[sz]e)\b", prompt):
+            return self._plot(step, results, tools)
+        if re.search(r"\b(run|execute|compute|calculate)\b", prompt) and not re.search(r"\bcell\b", prompt):
+            return self._run(step, results, tools)
+        if re.search(r"\b(data ?frames?|variables?|describe|columns?|data)\b", prompt) \
+                and not re.search(r"\b(cell|files?|scripts?)\b", prompt):
             return self._dataframes(step, results, tools)
         if re.search(r"\b(files?|scripts?|scratch|diff|push|save)\b", prompt):
             return self._scratch(step, results, tools)
@@ -123,12 +148,70 @@ class DemoBackend:
             return self._time(step, results, tools)
         if re.search(r"\b(cell|code)\b", prompt):
             return self._cell(step, results, tools)
+        return (f"{CANNOT}\n\n{DEMO_NOTICE}", [])
+
+    @staticmethod
+    def _hello() -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         return (
             "Hello! I can show what relay does without a key. Try asking me to *describe the "
-            "DataFrames*, to *write a cleaning script to a file*, for *the time* (with the "
-            "`mcp-server-time` MCP server configured), or to *propose a code cell*.\n\n" + DEMO_NOTICE,
+            "DataFrames*, to *plot a column*, to *run code* on your data, to *write a cleaning script to a "
+            "file*, for *the time* (with the `mcp-server-time` MCP server configured), or to *propose a code "
+            "cell*.\n\n" + DEMO_NOTICE,
             [],
         )
+
+    @staticmethod
+    def _frame_name(body: str) -> str | None:
+        """The first DataFrame ``list_variables`` reported (``name: DataFrame shape=...``)."""
+        match = re.search(r'"name":\s*"([^"]+)"[^{}]*"type":\s*"DataFrame"', body) or \
+            re.search(r"(\w+)\s*:\s*DataFrame", body)
+        return match.group(1) if match else None
+
+    def _plot(self, step, results, tools):
+        list_vars, describe, run = (_find(tools, "list_variables"), _find(tools, "describe_dataframe"),
+                                    _find(tools, "run_code"))
+        if step == 0:
+            return ("Let me find a DataFrame to plot.", [(list_vars, {})]) if list_vars \
+                else self._missing("list_variables")
+        failed, body = self._outcome(results)
+        if step == 1:
+            name = None if failed else self._frame_name(body)
+            if name is None:
+                return (f"There is no DataFrame in the kernel to plot (load one first, e.g. with "
+                        f"`pd.read_csv`).\n\n{DEMO_NOTICE}", [])
+            if not describe:
+                return self._missing("describe_dataframe")
+            return (f"`{name}` is a DataFrame; reading its columns.", [(describe, {"name": name})])
+        if step == 2:
+            if failed:
+                return (f"Describing the DataFrame failed: {body[:200]}\n\n{DEMO_NOTICE}", [])
+            name = results_name(body)
+            numeric = _numeric_columns(body)
+            if name is None or not numeric:
+                return (f"I found no numeric column to plot.\n\n{DEMO_NOTICE}", [])
+            if not run:
+                return self._missing("run_code")
+            code = (f"ax = {name}[{numeric[-1]!r}].plot(title={(name + ': ' + numeric[-1])!r})\n"
+                    f"ax.set_xlabel('row')\nax.figure")
+            return (f"Plotting the numeric column `{numeric[-1]}` of `{name}`. Running code in your kernel is a "
+                    "write: the card shows the exact code.", [(run, {"code": code})])
+        if failed:
+            return (f"The plot did not run: {body[:300]}\n\n{DEMO_NOTICE}", [])
+        return ("The plot ran in your kernel (its figure is in the tool result; a real model would describe "
+                f"it).\n\n{DEMO_NOTICE}", [])
+
+    def _run(self, step, results, tools):
+        run = _find(tools, "run_code")
+        if step == 0:
+            if not run:
+                return self._missing("run_code")
+            return ("I'll run a short summary of your DataFrames in the kernel. That is a write: the card shows "
+                    "the exact code, and nothing runs until you approve it.", [(run, {"code": _SUMMARY_CELL})])
+        failed, body = self._outcome(results)
+        if failed:
+            return (f"The code did not run: {body[:300]}\n\n{DEMO_NOTICE}", [])
+        lines = "\n".join(f"    {line[:100]}" for line in body.strip().splitlines()[:20])
+        return (f"The kernel printed:\n\n{lines}\n\n{DEMO_NOTICE}", [])
 
     @staticmethod
     def _missing(name: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
@@ -155,17 +238,17 @@ class DemoBackend:
                 else self._missing("list_variables")
         failed, body = self._outcome(results)
         if step == 1:
-            match = re.search(r'"name":\s*"([^"]+)"[^{}]*"type":\s*"DataFrame"', body) or \
-                re.search(r"(\w+)\s*:\s*DataFrame", body)
-            if failed or not match:
+            name = None if failed else self._frame_name(body)
+            if name is None:
                 return (f"I could not find a DataFrame in the kernel.\n\n{DEMO_NOTICE}", [])
             if not describe:
                 return self._missing("describe_dataframe")
-            return (f"`{match.group(1)}` is a DataFrame; describing it.", [(describe, {"name": match.group(1)})])
+            return (f"`{name}` is a DataFrame; describing it.", [(describe, {"name": name})])
         if failed:
             return (f"Describing the DataFrame failed: {body[:200]}\n\n{DEMO_NOTICE}", [])
-        first = body.strip().splitlines()[:6]
-        summary = "\n".join(f"    {line[:100]}" for line in first)
+        # shape, dtypes and the head in full (it used to stop after six lines, at "head:")
+        first = body.strip().splitlines()[:30]
+        summary = "\n".join(f"    {line[:120]}" for line in first)
         return (("Here is what the kernel reported (a real model would interpret it):\n\n"
                 f"{summary}\n\n{DEMO_NOTICE}"), [])
 
@@ -211,8 +294,19 @@ class DemoBackend:
             if not propose:
                 return self._missing("propose_cell")
             return ("I'll propose a cell for you to review; it will not run until you run it.",
-                    [(propose, {"code": "df.describe()"})])
+                    [(propose, {"code": _SUMMARY_CELL})])
         failed, body = self._outcome(results)
         if failed:
             return (f"The proposal was not accepted: {body[:200]}\n\n{DEMO_NOTICE}", [])
         return ("The cell is below this one. Run it when you are ready.\n\n" + DEMO_NOTICE, [])
+
+
+def results_name(body: str) -> str | None:
+    """The DataFrame's name in a ``describe_dataframe`` result (``name: DataFrame shape=...`` or ``name``)."""
+    match = re.search(r"^\s*(?:DataFrame\s+)?`?([A-Za-z_]\w*)`?\s*[:(]", body, re.M)
+    return match.group(1) if match else None
+
+
+def _numeric_columns(body: str) -> list[str]:
+    """Column names with a numeric dtype in a ``describe_dataframe`` result's dtypes section."""
+    return [m.group(1) for m in re.finditer(r"^\s*([A-Za-z_][\w ]*?)\s+(?:int|float|uint)\d*\s*$", body, re.M)]

@@ -153,3 +153,75 @@ def test_with_a_local_openai_server_the_demo_is_not_installed(tmp_path, monkeypa
         assert set(broker.runs.backends) == {"openai"} and broker.config.default_backend == "openai"
     finally:
         broker.close()
+
+
+# -- issue 13 item 5: answers by the question, with the kernel's real variables, and run_code --------------
+RUN_TOOLS = TOOLS + [ToolSpec(name="run_code", tool_class=ToolClass.WRITE)]
+SUMMARY = ("sales: pandas.DataFrame shape=(3, 3)\ndtypes:\nmonth        int64\nrevenue    float64\n"
+           "region         str\nhead:\n   month  revenue region\n0      1     10.0      a\n")
+
+
+@pytest.mark.asyncio
+async def test_a_question_it_does_not_know_is_answered_plainly():
+    for prompt in ("What is the capital of France?", "Summarise the paper in refs.bib", "why is my model slow"):
+        text, calls, stop = await turn([user(prompt)])
+        assert text.startswith("**[demo]** I can't answer that") and "ANTHROPIC_API_KEY" in text, (prompt, text)
+        assert calls == [] and stop == "end_turn"
+    text, _, _ = await turn([user("Hello! What can you do?")])
+    assert text.startswith("**[demo]** Hello!")
+
+
+@pytest.mark.asyncio
+async def test_plot_lists_describes_and_runs_code_on_the_real_dataframe_and_column():
+    history = [user("Load sales.csv and plot monthly revenue")]
+    _, calls, _ = await turn(history, RUN_TOOLS)
+    assert calls[0].name == "list_variables"
+    history += [assistant_call(calls[0]), result(calls[0], "x: int\nsales: DataFrame shape=(3, 3)")]
+    _, calls, _ = await turn(history, RUN_TOOLS)
+    assert calls[0].name == "describe_dataframe" and calls[0].input == {"name": "sales"}
+    history += [assistant_call(calls[0]), result(calls[0], SUMMARY)]
+    text, calls, stop = await turn(history, RUN_TOOLS)
+    assert calls[0].name == "run_code" and stop == "tool_use"
+    assert "sales['revenue'].plot(" in calls[0].input["code"] and "card shows the exact code" in text
+    history += [assistant_call(calls[0]), result(calls[0], "CONSENT_DENIED: the user denied", is_error=True)]
+    text, calls, stop = await turn(history, RUN_TOOLS)
+    assert "did not run" in text and "CONSENT_DENIED" in text and calls == []
+    # no DataFrame in the kernel: said plainly, nothing made up
+    history = [user("plot revenue")]
+    _, calls, _ = await turn(history, RUN_TOOLS)
+    history += [assistant_call(calls[0]), result(calls[0], "x: int")]
+    text, calls, _ = await turn(history, RUN_TOOLS)
+    assert calls == [] and "no DataFrame" in text
+
+
+@pytest.mark.asyncio
+async def test_run_code_script_and_the_proposed_cell_work_in_any_notebook():
+    text, calls, _ = await turn([user("Run code that summarises my data")], RUN_TOOLS)
+    assert calls[0].name == "run_code" and "isinstance(value, pd.DataFrame)" in calls[0].input["code"]
+    compile(calls[0].input["code"], "<demo>", "exec")
+    _, calls, _ = await turn([user("Propose a code cell that summarises my data.")], RUN_TOOLS)
+    assert calls[0].name == "propose_cell"
+    code = calls[0].input["code"]
+    assert "df.describe()" not in code and "no DataFrame in this notebook yet" in code  # no made-up `df`
+    compile(code, "<demo>", "exec")
+    # running the proposed cell where there is no DataFrame says so instead of a NameError
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {"display": print})  # noqa: S102 -- the demo's own constant code
+    assert "no DataFrame in this notebook yet" in out.getvalue()
+    text, calls, _ = await turn([user("Run code")], TOOLS)  # run_code not granted: named, not called
+    assert calls == [] and "run_code" in text
+
+
+@pytest.mark.asyncio
+async def test_describe_shows_the_whole_summary_not_up_to_head():
+    history = [user("Describe the DataFrames in my kernel.")]
+    _, calls, _ = await turn(history)
+    history += [assistant_call(calls[0]), result(calls[0], "sales: DataFrame shape=(3, 3)")]
+    _, calls, _ = await turn(history)
+    history += [assistant_call(calls[0]), result(calls[0], SUMMARY)]
+    text, calls, _ = await turn(history)
+    assert "0      1     10.0      a" in text and "revenue    float64" in text
