@@ -79,8 +79,11 @@ install-peer: install-test
 # The claude-code engine with the real `claude` CLI of the claude-agent-sdk wheel (the `claude-code` extra, ~175 MB)
 # against the fake Anthropic server, in a network namespace with only loopback: nothing can leave the machine
 # (root, or unprivileged user namespaces, needed; outside a namespace these tests skip).
+CLAUDE_CODE_TESTS = tests/runtime/test_claude_code_engine.py tests/runtime/test_claude_code_runs.py \
+	tests/runtime/test_claude_code_crash.py tests/runtime/test_claude_code_history.py \
+	tests/kernel/test_claude_code_kernel.py
 test-claude-code: install-peer
-	unshare -n sh -c 'ip link set lo up && $(BIN)/pytest -q -p no:cacheprovider -m peer tests/runtime/test_claude_code_engine.py'
+	unshare -n sh -c 'ip link set lo up && $(BIN)/pytest -q -p no:cacheprovider -m peer $(CLAUDE_CODE_TESTS)'
 
 test: install-test install-peer labext peers
 	$(BIN)/lint-imports

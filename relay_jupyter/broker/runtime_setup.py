@@ -55,7 +55,20 @@ def engine_services(broker: Broker, name: str) -> EngineServices:
         workspace_for=(lambda key: ws.manager.for_conversation(key).root) if ws is not None else None,
         model_endpoint=endpoint, jupyter_root=ws.protected.root if ws is not None else None,
         protected=ws.protected if ws is not None else None,
-        options=dict((broker.config.extra.get("engines") or {}).get(name) or {}))
+        options=dict((broker.config.extra.get("engines") or {}).get(name) or {}),
+        read_roots=ws.read_roots if ws is not None else None,
+        state_dir=_engine_state_dir(broker, name))
+
+
+def _engine_state_dir(broker: Broker, name: str) -> Any:
+    """``<relay data dir>/engines/<name>`` (created 0700 by the engine on first use); None in memory."""
+    if broker.config.in_memory:
+        return None
+    from pathlib import Path
+
+    from ..storage.paths import data_dir
+
+    return (Path(broker.config.data_dir) if broker.config.data_dir else data_dir()) / "engines" / name
 
 
 def install_runtime(broker: Broker, backends: Mapping[str, Backend] | None = None,

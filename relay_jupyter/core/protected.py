@@ -180,6 +180,12 @@ class ProtectedPaths:
                 return f"it is inside a credential store ({'/'.join(run)}); {_WHY_CREDENTIAL}"
         return None
 
+    def credential(self, path: os.PathLike[str] | str) -> str | None:
+        """Why ``path`` (absolute, anywhere — not only in the Jupyter root) is a credential relay never
+        reads or writes, with the reason; None when it is not one. Matched component-wise, case-folded."""
+        cred = self._credential(_fold(Path(path).parts))
+        return f"{cred}; {_WHY_CREDENTIAL}" if cred else None
+
     def _credential(self, seq: tuple[str, ...]) -> str | None:
         for run in CREDENTIAL_DIRS:
             if _contains_run(seq, run):

@@ -36,10 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import hashlib
 import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -108,7 +110,7 @@ def _glob_escapes(pattern: Any) -> bool:
 
 
 def classify(name: str, args: dict[str, Any], workspace: Path, *, jupyter_root: Path | None = None,
-             protected: Any = None) -> Verdict:
+             protected: Any = None, read_roots: Any = None, origin: str | None = None) -> Verdict:
     """The class of one Claude Code built-in call (module docstring). Never raises."""
     ws = Path(os.path.realpath(workspace))
     if name in _READS:
@@ -117,13 +119,19 @@ def classify(name: str, args: dict[str, Any], workspace: Path, *, jupyter_root: 
         target = ws if raw in (None, "") and name != "Read" else _resolve(raw, ws)
         patterns = [args.get("pattern")] if name == "Glob" else [args.get("glob")]
         if target is None:
-            return Verdict(None, refusal=f"{name}: {key} must be an absolute path (no ~)")
+            return Verdict(None, refusal=f"{name} of {str(raw)[:300]!r} is refused: relay needs an absolute path "
+                                         "(no ~: the CLI's home is not yours)")
+        if protected is not None:
+            cred = protected.credential(target)
+            if cred:  # anywhere, inside the workspace too (a symlink to it was resolved above)
+                return Verdict(None, refusal=f"{name} of {target} is refused: {cred}")
         if any(_glob_escapes(p) for p in patterns):
             return Verdict(ToolClass.WRITE, (f"{name} with a pattern that leaves its directory: "
                                              f"{str(patterns[0])[:300]}",), {"path": str(target)})
         if _inside(target, ws):
             return Verdict(ToolClass.READ, preview={"path": str(target)})
-        return _outside_read(name, target, jupyter_root, protected)
+        literal = Path(os.path.abspath(raw if Path(str(raw)).is_absolute() else ws / str(raw))) if raw else target
+        return _outside_read(name, target, literal, jupyter_root, protected, read_roots, origin)
     if name in _WRITES:
         key = _WRITES[name]
         target = _resolve(args.get(key), ws)
@@ -141,17 +149,60 @@ def classify(name: str, args: dict[str, Any], workspace: Path, *, jupyter_root: 
                                      "asked as a write",), {"arguments": json.dumps(args, default=str)[:2000]})
 
 
-def _outside_read(name: str, target: Path, root: Path | None, protected: Any) -> Verdict:
+#: How many entries a ``Grep`` outside the workspace may search (each checked against the refusal rules).
+GREP_SCAN_LIMIT = 5000
+
+
+def _outside_read(name: str, target: Path, literal: Path, root: Path | None, protected: Any, read_roots: Any,
+                  origin: str | None) -> Verdict:
+    """The read scope of ``scratch_pull`` (docs/workspace.md "Reads are scoped"), for Claude Code's reads:
+    credentials and protected paths refused, outside the Jupyter root refused, under the origin's read
+    roots a read, anywhere else in the root a write whose card names the path."""
     if root is None or protected is None:
         return Verdict(None, refusal=f"{name} outside the scratch workspace is refused ({target})")
     below = protected.below_root(target)
     if below is None:
         return Verdict(None, refusal=f"{name} of {target} is refused: it is outside the Jupyter root")
-    reason = protected.reason(tuple(below), target) if below else "it is the Jupyter root itself"
+    below = tuple(below)
+    if below:
+        reason = protected.reason(below, target)
+    else:
+        reason = None if name in ("Glob", "Grep") else "it is the Jupyter root itself"
     if reason:
         return Verdict(None, refusal=f"{name} of {target} is refused: {reason}")
-    return Verdict(ToolClass.WRITE, (f"Claude Code wants to read {target}, outside its scratch workspace",),
+    if name == "Grep" and target.is_dir():
+        # a search reads every file below: each must be one relay would let the agent read
+        problem = _unreadable_below(target, protected)
+        if problem:
+            return Verdict(None, refusal=f"Grep of {target} is refused: {problem}; search a narrower directory")
+    literal_below = protected.below_root(literal)
+    if read_roots is not None and read_roots.covers(origin, below, tuple(literal_below) if literal_below is not None
+                                                    else None):
+        return Verdict(ToolClass.READ, preview={"path": str(target)})
+    roots = read_roots.describe(origin) if read_roots is not None else "none"
+    return Verdict(ToolClass.WRITE, (f"Claude Code wants to read {target}, outside its scratch workspace and this "
+                                     f"notebook's read roots ({roots}); what it reads goes to the model provider",),
                    {"path": str(target)})
+
+
+def _unreadable_below(directory: Path, protected: Any) -> str | None:
+    """Why a search of ``directory`` could read something relay refuses (a credential, a protected path,
+    a link leaving the root), or None; bounded by :data:`GREP_SCAN_LIMIT` entries."""
+    seen = 0
+    for current, dirs, files in os.walk(directory, followlinks=False):
+        for entry in [*dirs, *files]:
+            seen += 1
+            if seen > GREP_SCAN_LIMIT:
+                return f"it holds more than {GREP_SCAN_LIMIT} entries"
+            path = Path(current) / entry
+            resolved = Path(os.path.realpath(path))
+            below = protected.below_root(resolved)
+            if below is None:
+                return f"{path} leads outside the Jupyter root"
+            reason = protected.reason(tuple(below), resolved)
+            if reason:
+                return f"{path} is below it ({reason})"
+    return None
 
 
 # -- the gate binding ---------------------------------------------------------------------------------
@@ -171,8 +222,10 @@ class _ClaudeCodeTools:
     classifies the call; ``tool_call`` runs once the gate allowed it and *waits for the CLI* to run it and
     report its outcome (``PostToolUse``), so the executor journals the intent before and the outcome after."""
 
-    def __init__(self, workspace: Path, jupyter_root: Path | None, protected: Any) -> None:
+    def __init__(self, workspace: Path, jupyter_root: Path | None, protected: Any, read_roots: Any = None,
+                 origin: str | None = None) -> None:
         self.workspace, self.jupyter_root, self.protected = workspace, jupyter_root, protected
+        self.read_roots, self.origin = read_roots, origin
         # the spec's class is the floor (read): the executor combines it with the preflight's class of each
         # call by core.types.stricter, which only ever raises it, and the preflight always classifies
         self._specs = {n: ToolSpec(name=n, description=f"Claude Code built-in {n}",
@@ -199,7 +252,8 @@ class _ClaudeCodeTools:
     current = tool_current
 
     async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
-        verdict = classify(name, args, self.workspace, jupyter_root=self.jupyter_root, protected=self.protected)
+        verdict = classify(name, args, self.workspace, jupyter_root=self.jupyter_root, protected=self.protected,
+                           read_roots=self.read_roots, origin=self.origin)
         if verdict.tool_class is None:
             raise WorkspaceRefusal(Code.PATH_REFUSED, verdict.refusal)
         return Preflight(reasons=verdict.reasons, preview=verdict.preview, tool_class=verdict.tool_class)
@@ -360,6 +414,81 @@ def kill_session(sid: int | None) -> int:
     return killed
 
 
+# -- history across cells -----------------------------------------------------------------------------
+
+_SESSION_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_EARLIER_CHARS = 40_000
+
+
+def _digest(messages: Sequence[dict[str, Any]]) -> str:
+    """A digest of a conversation as stored (role and content of each message; turn numbers aside)."""
+    body = [{"role": m.get("role"), "content": m.get("content")} for m in messages]
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class _Memory:
+    """What the broker keeps of one conversation's Claude Code session, so the next ``%%agent`` cell
+    continues it (``resume=``): the CLI's ``HOME`` (where Claude Code keeps its session transcripts) and
+    ``session.json`` — the session's id and the digest of the relay conversation it holds. It is resumed
+    only while the conversation is still exactly that one (a re-run earlier cell forks the conversation;
+    a cancelled or failed run leaves its prompt unanswered): otherwise a fresh session gets the earlier
+    turns as text. Under the relay data dir (0700), keyed by a digest of the conversation key."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+
+    @classmethod
+    def of(cls, services: Any, conversation: str) -> _Memory | None:
+        base = getattr(services, "state_dir", None)
+        if base is None:
+            return None
+        return cls(Path(base) / hashlib.sha256(conversation.encode()).hexdigest()[:32])
+
+    def home(self) -> Path:
+        home = self.dir / "home"
+        for d in (self.dir.parent.parent, self.dir.parent, self.dir, home):
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(d, 0o700)
+        return home
+
+    def resumable(self, prior: Sequence[dict[str, Any]]) -> str | None:
+        """The session to resume for a conversation whose stored messages before this prompt are ``prior``."""
+        try:
+            data = json.loads((self.dir / "session.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        sid = data.get("session_id") if isinstance(data, dict) else None
+        if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid) or data.get("digest") != _digest(prior):
+            return None
+        return sid
+
+    def remember(self, session_id: str, history: Sequence[dict[str, Any]]) -> None:
+        if not _SESSION_ID.fullmatch(session_id):
+            return
+        self.home()
+        tmp = self.dir / "session.json.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"session_id": session_id, "digest": _digest(history)}, f)
+        os.replace(tmp, self.dir / "session.json")
+
+
+def _earlier(history: Sequence[dict[str, Any]]) -> str:
+    """The earlier turns' prompts and answers as text (the last :data:`_EARLIER_CHARS`), for a fresh session."""
+    parts = []
+    for m in history:
+        role, content = m.get("role"), m.get("content")
+        if role not in ("user", "assistant"):
+            continue
+        texts = [content] if isinstance(content, str) else [
+            str(b.get("text", "")) for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+        joined = "\n".join(t for t in texts if t).strip()
+        if joined:
+            parts.append(f"[{role}]\n{joined}")
+    text = "\n\n".join(parts)[-_EARLIER_CHARS:]
+    return text.replace("</earlier-conversation", "</earlier_conversation")
+
+
 # -- the engine ---------------------------------------------------------------------------------------
 
 def _bundled_cli() -> str | None:
@@ -407,6 +536,7 @@ class ClaudeCodeEngine:
 
     async def drive(self, run: EngineRun) -> None:
         history = run.begin()
+        stored = list(history)  # as stored now (the list itself is the run's, and grows with run.add)
         workspace = Path(self.services.workspace_for(run.ctx.conversation))
         stopped: dict[str, str] = {}
         stop = asyncio.Event()
@@ -418,32 +548,44 @@ class ClaudeCodeEngine:
                 stopped.setdefault("message", message)
                 stop.set()
 
-        run_dir = Path(tempfile.mkdtemp(prefix="relay-claude-code-"))
+        memory = _Memory.of(self.services, run.ctx.conversation)
+        resume = memory.resumable(stored[:-1]) if memory is not None else None
         sid: int | None = None
-        binding = _Binding(run, _ClaudeCodeTools(workspace, self.services.jupyter_root, self.services.protected))
+        binding = _Binding(run, _ClaudeCodeTools(workspace, self.services.jupyter_root, self.services.protected,
+                                                 getattr(self.services, "read_roots", None), run.ctx.origin))
+        run_dir = Path(tempfile.mkdtemp(prefix="relay-claude-code-"))
         try:
             async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session:
-                wrapper = self._prepare(run_dir, session)
-                options = self._options(run, workspace, wrapper, binding)
+                home = memory.home() if memory is not None else None
+                wrapper = self._prepare(run_dir, session, home)
+                options = self._options(run, workspace, wrapper, binding, resume)
                 sid_file = run_dir / "pid"
+                earlier = "" if resume else _earlier(stored[:-1])
                 try:
-                    text = await self._converse(run, options, history, stop, sid_file)
+                    text, session_id = await self._converse(run, options, history, stop, sid_file, earlier)
                 finally:
                     sid = _read_pid(sid_file)
                     kill_session(sid)  # nothing of the CLI outlives the run (cancel, error or done)
                     await binding.aclose()
             if stopped:
                 raise GateRefusal(Code(stopped["code"]), stopped["message"])
-            run.add({"role": "assistant", "content": [{"type": "text", "text": text}] if text else []})
+            answer = {"role": "assistant", "content": [{"type": "text", "text": text}] if text else []}
+            run.add(answer)
+            if memory is not None and session_id:
+                # the next cell resumes this Claude Code session while the conversation is still this one
+                memory.remember(session_id, [*stored, answer] if text else stored)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
     # -- pieces ---------------------------------------------------------------------------------
-    def _prepare(self, run_dir: Path, session: Any) -> Path:
-        """The run directory: HOME and TMPDIR of the CLI, its environment file, the launcher script."""
+    def _prepare(self, run_dir: Path, session: Any, home: Path | None = None) -> Path:
+        """The run directory: TMPDIR of the CLI (and its HOME, unless the conversation keeps one), its
+        environment file, the launcher script."""
         os.chmod(run_dir, 0o700)
-        home, tmp = run_dir / "home", run_dir / "tmp"
-        home.mkdir(mode=0o700)
+        tmp = run_dir / "tmp"
+        if home is None:
+            home = run_dir / "home"
+            home.mkdir(mode=0o700)
         tmp.mkdir(mode=0o700)
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
@@ -464,7 +606,8 @@ class ClaudeCodeEngine:
                     f"{_sh(str(cli))} \"$@\"\n")
         return wrapper
 
-    def _options(self, run: EngineRun, workspace: Path, wrapper: Path, binding: _Binding) -> Any:
+    def _options(self, run: EngineRun, workspace: Path, wrapper: Path, binding: _Binding,
+                 resume: str | None = None) -> Any:
         from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
         # a hook waits for the consent card: its timeout must outlast the card's
@@ -478,10 +621,10 @@ class ClaudeCodeEngine:
             cwd=str(workspace), cli_path=str(wrapper), model=run.params.model, max_turns=run.config.max_steps,
             mcp_servers={}, strict_mcp_config=True, setting_sources=[], include_partial_messages=True,
             system_prompt={"type": "preset", "preset": "claude_code", "append": SYSTEM_APPEND},
-            env={}, stderr=_stderr_logger(run.run_id))
+            resume=resume, env={}, stderr=_stderr_logger(run.run_id))
 
     async def _converse(self, run: EngineRun, options: Any, history: list[dict[str, Any]],
-                        stop: asyncio.Event, sid_file: Path) -> str:
+                        stop: asyncio.Event, sid_file: Path, earlier: str = "") -> tuple[str, str | None]:
         from claude_agent_sdk import ClaudeSDKClient
         from claude_agent_sdk import ResultMessage, StreamEvent, AssistantMessage, TextBlock
 
@@ -516,7 +659,7 @@ class ClaudeCodeEngine:
         client = ClaudeSDKClient(options)
         try:
             await client.connect()
-            await client.query(_prompt(run, history))
+            await client.query(_prompt(run, history, earlier))
             consumer = asyncio.ensure_future(consume(client))
             stopper = asyncio.ensure_future(stop.wait())
             try:
@@ -538,7 +681,7 @@ class ClaudeCodeEngine:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(client.disconnect()), timeout=10)
         if stop.is_set():
-            return "".join(parts)
+            return "".join(parts), None
         if result is None:
             raise Refusal(Code.BACKEND_ERROR, "Claude Code ended without a result (see the broker log)")
         _usage(run, result)
@@ -548,12 +691,17 @@ class ClaudeCodeEngine:
         if result.is_error:
             detail = "; ".join(str(e) for e in (result.errors or [])) or str(result.result or result.subtype)
             raise Refusal(Code.BACKEND_ERROR, f"Claude Code failed: {detail[:500]}")
-        return "\n\n".join(parts)
+        session_id = getattr(result, "session_id", None)
+        return "\n\n".join(parts), session_id if isinstance(session_id, str) and session_id else None
 
 
-def _prompt(run: EngineRun, history: list[dict[str, Any]]) -> str:
-    """The prompt of this run, with its attachments (untrusted data, labelled as such)."""
+def _prompt(run: EngineRun, history: list[dict[str, Any]], earlier: str = "") -> str:
+    """The prompt of this run, with its attachments (untrusted data, labelled as such), after the text of
+    the conversation's earlier turns when Claude Code cannot resume them (``earlier``)."""
     text = run.params.prompt
+    if earlier:
+        text = (f"<earlier-conversation note=\"the earlier turns of this conversation, as text\">\n{earlier}\n"
+                f"</earlier-conversation>\n\n{text}")
     for a in run.params.attachments or ():
         label = str(a.get("label", "attachment"))[:200]
         text += f"\n\n<untrusted-data label={json.dumps(label)}>\n{a.get('content', '')}\n</untrusted-data>"

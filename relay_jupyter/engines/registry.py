@@ -34,6 +34,11 @@ class EngineServices:
     """``core.protected.ProtectedPaths`` of the Jupyter root (credential and role refusals)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """``c.RelayApp.extra["engines"][<name>]``: engine settings passed through untouched."""
+    read_roots: Any = None
+    """``core.protected.ReadRoots`` (``c.RelayApp.read_roots``): where a read outside the workspace needs no card."""
+    state_dir: Path | None = None
+    """A private directory of this engine under the relay data dir (kept across runs and restarts), or None
+    (an in-memory broker)."""
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,43 @@ def test_check_refuses_in_one_line_without_workspace_or_endpoint(monkeypatch):
     with pytest.raises(Exception) as info:
         engine.check(params)
     assert "pip install 'relay-jupyter[claude-code]'" in info.value.message and "\n" not in info.value.message
+
+
+def test_reads_outside_the_workspace_follow_the_read_scope_of_scratch_pull(places, tmp_path):
+    """Issue 17 item 3: credentials refused anywhere; outside the Jupyter root refused; under the origin's read
+    roots (c.RelayApp.read_roots) a read; elsewhere in the root a write whose card names the path."""
+    from relay_jupyter.core.protected import ReadRoots
+
+    root, ws, protected = places
+    (root / "nb").mkdir()
+    (root / "nb" / "sales.csv").write_text("q,v\n")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("k")
+    (home / "notes.txt").write_text("n")
+    (ws / ".env").write_text("TOKEN=x")
+
+    def v(name, args, origin="notebook:nb/a.ipynb", roots=("{notebook_dir}",)):
+        return classify(name, args, ws, jupyter_root=root, protected=protected, read_roots=ReadRoots(roots),
+                        origin=origin)
+
+    assert v("Read", {"file_path": str(root / "nb" / "sales.csv")}).tool_class is ToolClass.READ  # its own dir
+    card = v("Read", {"file_path": str(root / "data" / "x.csv")})
+    assert card.tool_class is ToolClass.WRITE and str(root / "data" / "x.csv") in card.reasons[0]
+    assert "read roots (nb/)" in card.reasons[0] and "model provider" in card.reasons[0]
+    assert v("Read", {"file_path": str(root / "data" / "x.csv")}, roots=("data",)).tool_class is ToolClass.READ
+    assert v("Read", {"file_path": str(root / "nb" / "sales.csv")}, origin="daemon:x").tool_class is ToolClass.WRITE
+    assert v("Glob", {"pattern": "*.csv", "path": str(root / "nb")}).tool_class is ToolClass.READ
+    assert v("Glob", {"pattern": "*.csv", "path": str(root)}).tool_class is ToolClass.WRITE  # the root: names only
+    assert v("Grep", {"pattern": "q", "path": str(root / "nb")}).tool_class is ToolClass.READ
+    # a search of a directory that holds a credential store would read it: refused, whatever the roots
+    grep = v("Grep", {"pattern": "PRIVATE", "path": str(root)}, roots=(".",))
+    assert grep.tool_class is None and ".ssh" in grep.refusal
+    # the user's own credentials outside the root, ~ paths, and a credential even inside the workspace
+    for args in ({"file_path": str(home / ".ssh" / "id_rsa")}, {"file_path": str(ws / ".env")}):
+        refused = v("Read", args, roots=(".",))
+        assert refused.tool_class is None and "credential" in refused.refusal, args
+    tilde = v("Read", {"file_path": "~/.ssh/id_rsa"})
+    assert tilde.tool_class is None and "no ~" in tilde.refusal
+    outside = v("Read", {"file_path": str(home / "notes.txt")}, roots=(".",))
+    assert outside.tool_class is None and "outside the Jupyter root" in outside.refusal
