@@ -28,7 +28,7 @@ from typing import Any
 from ..protocol.names import EventType
 
 __all__ = ["METADATA_KEY", "SCHEMA_VERSION", "ProvenanceRecorder", "footer_suffix", "notebook_path",
-           "read_notebook", "rows"]
+           "read_notebook", "rows", "saved_records"]
 
 METADATA_KEY = "relay"
 """Output-metadata key: ``output.metadata["relay"]["provenance"]`` is one record."""
@@ -49,7 +49,8 @@ class ProvenanceRecorder:
 
     def __init__(self, run_id: str, *, conversation: str | None = None, chat: str | None = None,
                  cell_id: str | None = None, requested_model: str | None = None,
-                 requested_backend: str | None = None) -> None:
+                 requested_backend: str | None = None, turn: int | None = None,
+                 parent_cells: list[str | None] | None = None) -> None:
         self.started_wall = time.time()
         self.started = time.monotonic()
         self.record: dict[str, Any] = {
@@ -57,7 +58,11 @@ class ProvenanceRecorder:
             "cell_id": cell_id, "backend": requested_backend, "model": requested_model, "mode": None,
             "outcome": None, "code": None, "started_at": round(self.started_wall, 3), "duration_s": None,
             "tokens": {"input": 0, "output": 0, "cache_creation": 0, "cache_read": 0, "total": 0},
-            "cost_usd": 0.0, "tool_calls": [], "checkpoints": []}
+            "cost_usd": 0.0, "tool_calls": [], "checkpoints": [],
+            # lineage by cell id: the conversation name the kernel sent, this answer's turn in it and the cells
+            # of the turns before it (a restarted kernel rebuilds its chats from these: conversations.py)
+            "lineage": {"conversation": _short(conversation, 100), "turn": turn,
+                        "parent_cells": [_short(c, 100) for c in parent_cells or []]}}
         self.calls: dict[str, dict[str, Any]] = {}
         self.requests: dict[str, str] = {}  # permission request id -> call id
 
@@ -171,6 +176,16 @@ def notebook_path(user_ns: dict[str, Any] | None = None) -> Path | None:
             if path.suffix == ".ipynb" and path.is_file():
                 return path
     return None
+
+
+def saved_records(user_ns: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The provenance records of this kernel's notebook file as saved ([] when its file is unknown or
+    unreadable: lineage is a convenience, never a reason for a cell to fail)."""
+    try:
+        path = notebook_path(user_ns)
+        return read_notebook(path) if path is not None else []
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
 
 
 def read_notebook(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from .discovery import discover, is_anonymous_client_name, notebook_client_name
 from .errors import AgentError, RpcError, as_agent_error
 from .follower import RunFollower, Ticker
 from .prewarm import wait_prewarm
-from .provenance import ProvenanceRecorder
+from .provenance import ProvenanceRecorder, saved_records
 from .render import StreamView, TextSink
 from .rendering import visible
 from .tools import KernelTools, summarize
@@ -166,7 +166,8 @@ class Session:
         self.default_backend = default_backend
         self.update_interval = update_interval
         self.start_daemon = start_daemon
-        self.book = ConversationBook()
+        # after a restart a chat's turns come back from the saved notebook's provenance (lineage by cell id)
+        self.book = ConversationBook(saved=lambda: saved_records(getattr(self.shell, "user_ns", None)))
         self.tools = KernelTools(shell)
         self.client: RelayClient | None = None
         self.pump: EventPump | None = None
@@ -333,7 +334,15 @@ class Session:
         chat = self.book.chat(opts.chat, new=opts.new)
         fork_at = self.book.fork_point(chat, opts.cell_id)
         if fork_at is not None:
-            await client.call(Method.CONVERSATIONS_FORK, {"conversation": chat.conversation, "at_turn": fork_at})
+            try:
+                await client.call(Method.CONVERSATIONS_FORK, {"conversation": chat.conversation, "at_turn": fork_at})
+            except RpcError as exc:
+                if exc.code != Code.NOT_FOUND:
+                    raise
+                # the broker does not have this conversation (turns restored from a notebook saved against
+                # another broker, or one that forgot it): the cell starts it afresh
+                chat.turns.clear()
+                fork_at = None
         params: wire.RunStartParams = {"conversation": chat.conversation, "prompt": opts.prompt,
                                        "attachments": attachments, "model": opts.model or self.default_model,
                                        "backend": opts.backend or self.default_backend, "engine": opts.engine,
@@ -342,12 +351,13 @@ class Session:
         started = cast(wire.RunStartResult, await client.call(
             Method.RUN_START, {k: v for k, v in params.items() if v is not None}))
         run_id = str((started or {}).get("run_id"))
-        self.book.record(chat, fork_at, opts.cell_id)
+        turn = self.book.record(chat, fork_at, opts.cell_id)
         queue = self.pump.register(run_id)
         view = StreamView(TextSink() if surface == "input" else None, interval=self.update_interval)
         recorder = ProvenanceRecorder(run_id, conversation=chat.conversation, chat=opts.chat, cell_id=opts.cell_id,
                                       requested_model=opts.model or self.default_model,
-                                      requested_backend=opts.backend or self.default_backend)
+                                      requested_backend=opts.backend or self.default_backend,
+                                      turn=turn, parent_cells=chat.turns[:turn])
         follower = RunFollower(self, client, run_id, view, surface, recorder)
         ticker = Ticker(asyncio.get_running_loop())
         try:

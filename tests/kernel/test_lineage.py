@@ -1,0 +1,140 @@
+"""Lineage by cell id (issue 13 item 4, the kernel's part): each answer's provenance records its turn and the
+cell ids of the turns before it, so after a kernel restart re-running a cell of the saved notebook forks at
+that cell instead of appending: the model request's history is that of the turn, not of everything run before.
+
+A real Jupyter server with the relay extension, FakeAnthropic as the model (its recorded requests give the
+history length), a kernel started by the server and restarted through the server's API."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from relay_jupyter.testing import FakeAnthropic, Reply, text
+
+from .conftest import execute, text_of
+from .real_server import RealServer
+from .test_provenance import _as_notebook, _provenance_outputs
+
+pytestmark = pytest.mark.slow
+
+MODEL = "claude-fake-1"
+SETUP = ("%load_ext relay_jupyter\n"
+         "%config AgentMagics.consent_ui = 'headless'\n"
+         "g = relay.connect(['list_variables'], models=['*'])")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, FakeAnthropic]]:
+    with FakeAnthropic(api_key="test-key") as fake:
+        config = {"anthropic_base_url": fake.base_url, "anthropic_api_key": "test-key", "default_model": MODEL}
+        with RealServer(tmp_path_factory.mktemp("lineage"), config) as srv:
+            yield srv, fake
+
+
+def _messages(fake: FakeAnthropic) -> list[dict[str, Any]]:
+    body = fake.requests[-1].body
+    return body["messages"] if isinstance(body, dict) else []
+
+
+def _restart(srv: RealServer, kc: Any) -> None:
+    (session,) = [s for s in srv.api("GET", "api/sessions") if s["path"] == "lineage.ipynb"]
+    srv.api("POST", f"api/kernels/{session['kernel']['id']}/restart", {})
+    deadline = time.monotonic() + 60
+    while True:  # the client keeps its channels: the restarted kernel listens on the same ports
+        try:
+            kc.wait_for_ready(timeout=10)
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+
+
+def test_rerun_after_a_restart_forks_at_the_cell(lab: tuple[RealServer, FakeAnthropic]) -> None:
+    srv, fake = lab
+    kc = srv.kernel_for("lineage.ipynb")
+    reply, msgs = execute(kc, SETUP)
+    assert reply["status"] == "ok", text_of(msgs)
+    cells = []
+    for cell_id, prompt in (("cell-a", "first question"), ("cell-b", "second question")):
+        fake.enqueue(Reply(text(f"answer to {prompt}")))
+        source = f"%%agent --model {MODEL}\n{prompt}"
+        reply, msgs = execute(kc, source, timeout=60, cell_id=cell_id)
+        assert reply["status"] == "ok", text_of(msgs)
+        cells.append((cell_id, source, msgs))
+    assert len(_messages(fake)) == 3  # a, its answer, b
+    (record,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(cells[1][2])]
+    assert record["lineage"] == {"conversation": "default", "turn": 1, "parent_cells": ["cell-a"]}
+    assert record["cell_id"] == "cell-b"
+    # what JupyterLab saves, then Restart & Run All
+    (srv.root / "lineage.ipynb").write_text(json.dumps(_as_notebook(cells)))
+    _restart(srv, kc)
+    reply, msgs = execute(kc, SETUP)
+    assert reply["status"] == "ok", text_of(msgs)
+    fake.enqueue(Reply(text("a again")), Reply(text("b again")))
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nfirst question", timeout=60, cell_id="cell-a")
+    assert reply["status"] == "ok", text_of(msgs)
+    # forked at cell-a's turn: the model sees that turn alone (it saw 5 messages when the restart forgot it)
+    assert [m["role"] for m in _messages(fake)] == ["user"], _messages(fake)
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nsecond question", timeout=60, cell_id="cell-b")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert [m["role"] for m in _messages(fake)] == ["user", "assistant", "user"]  # the same shape as before
+    (record,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(msgs)]
+    assert record["lineage"] == {"conversation": "default", "turn": 1, "parent_cells": ["cell-a"]}
+
+
+def test_turns_saved_against_another_broker_start_afresh(lab: tuple[RealServer, FakeAnthropic]) -> None:
+    # a saved notebook whose conversation this broker never had (another day, another broker): the re-run cell
+    # starts the conversation instead of failing on the fork
+    srv, fake = lab
+    record = {"version": 1, "run_id": "run_old", "conversation": "gone-conversation", "chat": "default",
+              "cell_id": "cell-z", "started_at": 1.0,
+              "lineage": {"conversation": "gone-conversation", "turn": 2, "parent_cells": ["cell-x", "cell-y"]},
+              "tool_calls": [], "checkpoints": []}
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"id": "cell-z", "cell_type": "code", "source": "%%agent\nold", "metadata": {}, "execution_count": 1,
+         "outputs": [{"output_type": "display_data", "data": {"text/plain": "old"},
+                      "metadata": {"relay": {"provenance": record}}}]}]}
+    (srv.root / "other.ipynb").write_text(json.dumps(nb))
+    kc = srv.kernel_for("other.ipynb")
+    reply, msgs = execute(kc, SETUP)
+    assert reply["status"] == "ok", text_of(msgs)
+    fake.enqueue(Reply(text("fresh start")))
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nold", timeout=60, cell_id="cell-z")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert "fresh start" in text_of(msgs)
+    assert [m["role"] for m in _messages(fake)] == ["user"]
+    (saved,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(msgs)]
+    assert saved["lineage"] == {"conversation": "gone-conversation", "turn": 0, "parent_cells": []}
+
+
+def test_restore_takes_the_newest_well_formed_record_of_the_chat() -> None:
+    from relay_jupyter.kernel.conversations import ConversationBook, restore_chat
+
+    def rec(chat: str, cell: Any, turn: Any, parents: Any, when: float, conversation: Any = "default") -> dict:
+        return {"chat": chat, "cell_id": cell, "started_at": when,
+                "lineage": {"conversation": conversation, "turn": turn, "parent_cells": parents}}
+
+    records = [rec("default", "a", 0, [], 1.0), rec("default", "c", 2, ["a", "b"], 3.0),
+               rec("default", "b", 1, ["a"], 2.0), rec("other", "x", 0, [], 9.0, "other")]
+    chat = restore_chat("default", records)
+    assert chat is not None and chat.conversation == "default" and chat.turns == ["a", "b", "c"]
+    assert ConversationBook.fork_point(chat, "b") == 1
+    for bad in (rec("default", "z", 3, ["a"], 9.0),            # turn and parents disagree
+                rec("default", "z", True, [], 9.0),            # a bool is not a turn
+                rec("default", "z", 1, [7], 9.0),              # a parent that is not a cell id
+                rec("default", "z", 0, [], 9.0, ""),           # no conversation
+                {"chat": "default", "cell_id": "z", "started_at": 9.0}):  # a record from before lineage
+        assert restore_chat("default", [*records, bad]).turns == ["a", "b", "c"], bad
+    assert restore_chat("default", []) is None and restore_chat("nope", records) is None
+    # the book asks the saved notebook only for a chat it has not used yet, and never for --new
+    calls: list[int] = []
+    book = ConversationBook(saved=lambda: calls.append(1) or records)
+    assert book.chat("default").turns == ["a", "b", "c"] and calls == [1]
+    book.chat("default")
+    assert calls == [1]
+    assert book.chat("default", new=True).turns == [] and calls == [1]
