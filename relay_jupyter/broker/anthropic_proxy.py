@@ -80,6 +80,10 @@ class _AnthropicMeter(Meter):
         elif kind == "message_stop":
             self.stopped = True
 
+    def _encode(self, event: dict[str, Any]) -> bytes:
+        return (b"event: " + str(event.get("type", "message")).encode() + b"\ndata: "
+                + json.dumps(event).encode() + b"\n\n")
+
     def feed_json(self, body: bytes) -> None:
         try:
             message = json.loads(body)
@@ -91,6 +95,12 @@ class _AnthropicMeter(Meter):
             for block in message.get("content") or []:
                 if isinstance(block, dict):
                     self.streamed_chars += len(str(block.get("text") or block.get("input") or ""))
+
+
+def _tool_filter(policy: Any) -> Any:
+    from .proxy_tools import AnthropicToolFilter
+
+    return None if policy is None else AnthropicToolFilter(policy)
 
 
 class AnthropicProxy(GatedProxy):
@@ -179,7 +189,9 @@ class AnthropicProxy(GatedProxy):
         observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
         reservation = self._reserve(origin, model, estimate)
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
-                                   _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens)), observed=observed)
+                                   _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
+                                                   tool_filter=_tool_filter(self._tool_policy(origin, model))),
+                                   observed=observed)
 
     async def models(self, origin: str, query: Mapping[str, str], client_headers: Mapping[str, str]
                      ) -> ProxyResponse:

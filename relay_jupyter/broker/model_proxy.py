@@ -145,6 +145,8 @@ class Meter:
     keep_text: bool = False
     request: Any = None
     """The parsed request, for a wire module's count at the end."""
+    tool_filter: Any = None
+    """The grant's tool policy over this answer (``broker/proxy_tools.py``); None: off."""
     usage: Usage = field(default_factory=Usage)
     stopped: bool = False
     streamed_chars: int = 0
@@ -152,20 +154,55 @@ class Meter:
     _kept_chars: int = 0
     _buf: bytearray = field(default_factory=bytearray)
 
-    def feed_sse(self, chunk: bytes) -> None:
+    def feed_sse(self, chunk: bytes) -> bytes:
+        """Meter ``chunk``; return what to send on: ``chunk`` itself without a tool filter (byte for byte, at
+        once), else the complete events so far, each as it came or as the filter rewrote it (an event cut
+        off by the end of the stream is never sent: SSE clients drop it too)."""
         self._buf += chunk
+        out = bytearray()
         while True:
             end = _event_end(self._buf)
             if end is None:
                 if len(self._buf) > MAX_SSE_EVENT_BYTES:
                     raise ProxyError(502, "api_error", "the model server sent an SSE event over "
                                      f"{MAX_SSE_EVENT_BYTES} bytes", code=Code.BACKEND_ERROR.value)
-                return
-            raw, self._buf = bytes(self._buf[:end[0]]), self._buf[end[1]:]
+                break
+            whole, self._buf = bytes(self._buf[:end[1]]), self._buf[end[1]:]
+            raw = whole[:end[0]]
             data = b"\n".join(line[5:].lstrip(b" ") for line in raw.replace(b"\r\n", b"\n").split(b"\n")
                               if line.startswith(b"data:"))
+            replaced = None
             if data:
                 self._event(data)
+                if self.tool_filter is not None:
+                    replaced = self._filtered(data)
+            if self.tool_filter is not None:
+                out += whole if replaced is None else replaced
+        return chunk if self.tool_filter is None else bytes(out)
+
+    def _filtered(self, data: bytes) -> bytes | None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(event, dict):
+            return None
+        events = self.tool_filter.event(event)
+        return None if events is None else b"".join(self._encode(e) for e in events)
+
+    def _encode(self, event: dict[str, Any]) -> bytes:  # pragma: no cover - every wire module overrides it
+        raise NotImplementedError
+
+    def filter_json(self, body: bytes) -> bytes:
+        """The JSON answer to send on: as it came, or with refused tool calls replaced."""
+        if self.tool_filter is None:
+            return body
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            return body
+        changed = self.tool_filter.message(answer) if isinstance(answer, dict) else None
+        return body if changed is None else json.dumps(changed).encode()
 
     def _event(self, data: bytes) -> None:  # pragma: no cover - every wire module overrides it
         raise NotImplementedError
@@ -304,6 +341,27 @@ class GatedProxy:
             raise refusal(exc) from None
         return grant
 
+    def _tool_policy(self, origin: str, model: str) -> Any:
+        """The grant's tool policy for this answer (``broker/proxy_tools.ToolPolicy``), or None when the grant
+        sets none (the default: answers pass unchanged). Each refusal is audited."""
+        grant = self.broker.gate.grants.get(origin)
+        allowed = getattr(grant, "proxy_tools", None)
+        if allowed is None:
+            return None
+        from ..core.types import AuditRecord
+        from .proxy_tools import ToolPolicy
+
+        def refused(name: str, call_id: str | None) -> None:
+            try:
+                self.broker.audit.append(AuditRecord(
+                    ts=time.time(), origin=origin, tool=name, decision="deny", code=Code.SCOPE_EXCEEDED.value,
+                    call_id=call_id[:200] if call_id else None,
+                    arguments={"purpose": "proxy_tool", "model": model}))
+            except Exception:  # noqa: BLE001 - the refusal stands even when the audit cannot be written
+                log.exception("relay proxy: auditing a refused tool call failed")
+
+        return ToolPolicy(frozenset(allowed), refused)
+
     def _reserve(self, origin: str, model: str, estimate: RequestEstimate) -> Reservation:
         try:
             return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose="proxy")
@@ -395,18 +453,20 @@ class GatedProxy:
                     if first_at is None:
                         first_at = time.monotonic()
                     if sse:
-                        if used is not None:
-                            used.feed_sse(chunk)
-                        yield chunk
+                        out = used.feed_sse(chunk) if used is not None else chunk
+                        if out:
+                            yield out
                     else:
                         collected += chunk
                         if len(collected) > MAX_BODY_BYTES:
                             raise ProxyError(502, "api_error", f"{self.upstream_name}'s answer is too large",
                                              code=Code.BACKEND_ERROR.value)
                 if not sse:
+                    whole = bytes(collected)
                     if used is not None:
-                        used.feed_json(bytes(collected))
-                    yield bytes(collected)
+                        used.feed_json(whole)
+                        whole = used.filter_json(whole)
+                    yield whole
                 if used is not None and used.stopped:
                     if not used.usage.total:
                         streamed = await self._unreported(reservation, used)

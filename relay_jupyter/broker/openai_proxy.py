@@ -139,6 +139,9 @@ class _OpenAIMeter(Meter):
             if choice.get("finish_reason") and not self.failed:
                 self.stopped = True
 
+    def _encode(self, event: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(event).encode() + b"\n\n"
+
     def feed_json(self, body: bytes) -> None:
         try:
             answer = json.loads(body)
@@ -271,8 +274,13 @@ class OpenAIProxy(GatedProxy):
             bounds = [DEFAULT_MAX_OUTPUT]
         max_output = max(bounds) * choices
         reservation = self._reserve(origin, model, self.estimate(message, max_output))
+        policy = self._tool_policy(origin, model)
+        if policy is not None:
+            from .proxy_tools import OpenAIToolFilter
+
+            policy = OpenAIToolFilter(policy)
         meter = _OpenAIMeter(ceiling_chars=ceiling_for(max_output), keep_text=self._counter().available is not False,
-                             request=message)
+                             request=message, tool_filter=policy)
         return await self._forward(f"{url}/chat/completions", body, {}, self._headers(key, client_headers), key,
                                    reservation, model, meter)
 

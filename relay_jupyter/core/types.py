@@ -195,6 +195,10 @@ class Grant(_Frozen):
     """Allowed tool names; ``"*"`` allows every tool (still gated by class)."""
     models: frozenset[str] = frozenset()
     """Allowed model ids; ``"*"`` allows every model the broker allows."""
+    proxy_tools: frozenset[str] | None = None
+    """The ``tool_use`` / ``tool_calls`` names an answer relayed to this origin by the model endpoints
+    (``relay/anthropic``, ``relay/openai``) may carry; a block for another tool is replaced by a text saying
+    relay refused it (docs/proxy.md). None: not restricted (the default); ``"*"``: every tool."""
     budget: Budget = Field(default_factory=Budget)
     expires_at: float | None = None
     created_at: float = Field(default_factory=time.time)

@@ -109,6 +109,7 @@ class GrantDict(TypedDict):
     origin: str
     tools: list[str]
     models: list[str]
+    proxy_tools: list[str] | None
     budget: _BudgetOut
     expires_at: float | None
     created_at: float
@@ -175,6 +176,7 @@ class GrantsDefaultsResult(TypedDict):
 class GrantsCreateParams(TypedDict, total=False):
     tools: list[str]
     models: list[str]
+    proxy_tools: list[str] | None
     budget: BudgetDict | None
     expires_in: float | None
     origin: str | None
