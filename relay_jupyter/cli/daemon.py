@@ -94,6 +94,51 @@ def probe(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def server_probes() -> list[dict[str, Any]]:
+    """The relay brokers inside this user's running Jupyter servers (``jpserver-*.json``, as ``jupyter relay kill``
+    finds them): ``{url, pid, healthy, ready, active_runs, error}`` each; a server without the extension (HTTP 404
+    on ``relay/readyz``) is left out. The token is sent only to a loopback address, never through a proxy."""
+    import urllib.error
+    import urllib.request
+
+    from ..core.netaddr import is_loopback_host
+    from .kill import _servers
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    rows = []
+    for info in _servers():
+        url = str(info["url"])
+        row: dict[str, Any] = {"url": url, "pid": info.get("pid"), "healthy": False, "ready": False,
+                               "active_runs": None, "error": None}
+        if not is_loopback_host(urlsplit(url).hostname or ""):
+            row["error"] = "not a loopback address; see that server's side panel"
+            rows.append(row)
+            continue
+        headers = {"Authorization": f"token {info.get('token') or ''}"}
+        try:
+            for endpoint in ("readyz", "metrics"):
+                request = urllib.request.Request(url.rstrip("/") + "/relay/" + endpoint, headers=headers)
+                try:
+                    with opener.open(request, timeout=3.0) as response:
+                        body = response.read(1 << 20)
+                        status = response.status
+                except urllib.error.HTTPError as exc:
+                    status, body = exc.code, b""
+                if endpoint == "readyz":
+                    if status == 404:
+                        row = {}  # no relay extension in this server
+                        break
+                    row["healthy"], row["ready"] = status in (200, 503), status == 200
+                elif status == 200:
+                    runs = _metric(body.decode("utf-8", "replace"), "relay_active_runs")
+                    row["active_runs"] = None if runs is None else int(runs)
+        except OSError as exc:
+            row["error"] = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+        if row:
+            rows.append(row)
+    return rows
+
+
 def _uptime(seconds: float) -> str:
     seconds = int(max(0, seconds))
     d, rem = divmod(seconds, 86_400)
@@ -109,10 +154,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
         info = probe(state)
         rows.append({"pid": state["pid"], "listen": state["listen"], "uptime_s": time.time() - state["started_at"],
                      "data_dir": state["data_dir"], **info})
+    servers = server_probes()  # the broker inside each running Jupyter server with the extension (issue 13)
     if args.json:
-        print(json.dumps({"daemons": rows}, indent=2))
-        return 0 if rows else 1
-    if not rows:
+        print(json.dumps({"daemons": rows, "jupyter_servers": servers}, indent=2))
+        return 0 if rows or servers else 1
+    for r in servers:
+        state = "ready" if r["ready"] else ("not ready" if r["healthy"] else f"unreachable: {r['error']}")
+        runs = "?" if r["active_runs"] is None else r["active_runs"]
+        print(f"jupyter server {r['url']}  pid {r['pid']}  {state}  active runs {runs}")
+    if not rows and not servers:
         print("no relay daemon is running (start one with `jupyter relay serve`)")
         return 1
     for r in rows:

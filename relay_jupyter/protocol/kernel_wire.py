@@ -23,9 +23,6 @@ from typing import Any, Literal, NotRequired, Required, TypedDict
 __all__ = [
     "KERNEL_EVENTS",
     "KERNEL_METHODS",
-    "TelemetryQueryParams",
-    "TelemetryQueryResult",
-    "TelemetryRowDict",
     "AuditRecordDict",
     "AuditTailParams",
     "AuditTailResult",
@@ -215,40 +212,6 @@ class AuditTailResult(TypedDict):
     records: list[AuditRecordDict]
 
 
-class TelemetryRowDict(TypedDict):
-    """``core.telemetry.TelemetryRow``: one model request, figures and ids only."""
-
-    id: int
-    ts: float
-    origin: str
-    source: str
-    model: str
-    session: str | None
-    lineage: str | None
-    run_id: str | None
-    profile: str | None
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    cost_usd: float
-    estimated: bool
-    latency_ms: float
-    ttft_ms: float | None
-    status: str
-    error_code: str | None
-
-
-class TelemetryQueryParams(TypedDict, total=False):
-    since: float | None
-    limit: int
-    origin: str | None
-
-
-class TelemetryQueryResult(TypedDict):
-    rows: list[TelemetryRowDict]
-
-
 class RunsListParams(TypedDict, total=False):
     origin: str | None
     limit: int
@@ -410,7 +373,6 @@ KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "grants.revoke": (GrantsRevokeParams, RevokedResult),
     "budget.get": (OriginParams, BudgetGetResult),
     "audit.tail": (AuditTailParams, AuditTailResult),
-    "telemetry.query": (TelemetryQueryParams, TelemetryQueryResult),
     "runs.list": (RunsListParams, RunsListResult),
     "runs.get": (RunsGetParams, RunsGetResult),
     "kill": (KillParams, KillResult),

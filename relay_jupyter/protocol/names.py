@@ -45,8 +45,6 @@ class Method:
     # trust
     TRUST_LIST = "trust.list"
     TRUST_REVOKE = "trust.revoke"
-    # telemetry (docs/telemetry.md)
-    TELEMETRY_QUERY = "telemetry.query"  # {since?, limit?, origin?} -> {rows: [TelemetryRow]}
 
 
 class EventType:

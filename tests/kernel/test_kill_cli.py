@@ -144,3 +144,16 @@ def test_jupyter_relay_kill_stops_a_waiting_run_in_a_daemon(tmp_path: Any) -> No
         if km is not None:
             km.shutdown_kernel(now=True)
         broker.stop()
+
+
+def test_jupyter_relay_status_sees_the_broker_of_a_jupyter_server(server: RealServer) -> None:
+    """Issue 13 item 7: `jupyter relay status` said "no relay daemon is running" while JupyterLab's broker ran."""
+    out = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "status"], env=server.env(), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert f"jupyter server {server.url}  pid {server.proc.pid}  ready  active runs 0" in out.stdout, out.stdout
+    assert "no relay daemon is running" not in out.stdout and TOKEN not in out.stdout + out.stderr
+    listed = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "status", "--json"], env=server.env(),
+                            capture_output=True, text=True, timeout=60)
+    (row,) = json.loads(listed.stdout)["jupyter_servers"]
+    assert row["url"] == server.url and row["ready"] is True and row["error"] is None

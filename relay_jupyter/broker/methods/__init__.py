@@ -22,7 +22,6 @@ from . import (
     kernel,
     permissions,
     runs,
-    telemetry,
     tools,
     trust,
     workspace,
@@ -32,4 +31,4 @@ __all__ = ["MODULES"]
 
 #: The namespace modules, each with ``ACCESS`` and ``rpc``.
 MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, conversations, permissions, kernel, trust, checkpoints,
-                                   workspace, elicitation, tools, telemetry)
+                                   workspace, elicitation, tools)
