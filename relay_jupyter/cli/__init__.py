@@ -1,8 +1,9 @@
 """``jupyter relay``: the terminal face of the broker.
 
 Each command group lives in its own module that exposes ``register(subparsers)``;
-this module only assembles them. A user mistake prints one line and exits 2,
-never a traceback.
+this module only assembles them into one argparse parser, which the Jupyter application
+of :mod:`relay_jupyter.cli.app` runs under (``--version``, ``--debug``, ``--RelayApp.x=y``,
+``--generate-config``). A user mistake prints one line and exits 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,19 +12,17 @@ import argparse
 import importlib
 import sys
 
-from .. import __version__
-from ..core.errors import RelayError
+from .app import OneLineParser, run
 
 # Modules that contribute subcommands, in help order. Each has register(subparsers).
 _GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams", "hub")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="jupyter relay",
         description="relay-jupyter broker: serve it standalone, manage grants, tokens and tool pins.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _GROUPS:
         try:
@@ -37,18 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except RelayError as exc:
-        print(f"jupyter relay: {exc.message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    """``jupyter relay`` (the console script ``jupyter-relay``); returns the exit status."""
+    return run(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

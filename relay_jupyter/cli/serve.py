@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 from ..broker.config import BrokerConfig
 from ..core.errors import Code, ConfigRefusal
 from ..server.daemon import DaemonOptions, parse_listen, run
-from ..server.jupyter_config import broker_settings_from_files
+from ..server.jupyter_config import broker_settings_from_files, command_line_settings, config_files
 
 __all__ = ["broker_config", "register"]
 
@@ -40,17 +41,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mcp-config", metavar="PATH", help="mcp.json with the MCP servers to connect")
     p.add_argument("--secrets-file", metavar="PATH", help="a 0600 file holding API keys")
     p.set_defaults(func=_cmd_serve)
+    p.epilog = ("Any broker setting can also be given as --RelayApp.<name>=VALUE (over the config files and --config; "
+                "the flags above win); --debug logs relay's debug lines to the daemon log and stderr.")
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
     """The broker settings: ``c.RelayApp.*`` from the user's Jupyter config files
-    (:mod:`relay_jupyter.server.jupyter_config`), overlaid with ``--config`` and then the individual flags.
+    (:mod:`relay_jupyter.server.jupyter_config`), overlaid with ``--config``, then the command line's
+    ``--RelayApp.<name>=value``, then the individual flags.
 
     Raises:
         ConfigRefusal: CONFIG_INVALID naming the file or the first bad setting.
     """
     # the user's Jupyter config files first (c.RelayApp.*, as inside Jupyter), then --config, then flags
-    values: dict[str, Any] = broker_settings_from_files()
+    values: dict[str, Any] = broker_settings_from_files(command_line=False)
     if args.config:
         try:
             loaded = json.loads(Path(args.config).read_text())
@@ -61,6 +65,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
         if not isinstance(loaded, dict):
             raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.config} must hold a JSON object of settings")
         values.update(loaded)
+    values.update(command_line_settings())
     for flag, key in (("data_dir", "data_dir"), ("consent_timeout", "consent_timeout"),
                       ("mcp_config", "mcp_config_path"), ("secrets_file", "secrets_file")):
         value = getattr(args, flag, None)
@@ -81,6 +86,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.unauthenticated_metrics and listen.kind == "unix":
         raise ConfigRefusal(Code.CONFIG_INVALID, "--unauthenticated-metrics applies to tcp:// only "
                                                  "(the Unix socket needs no token)")
-    options = DaemonOptions(listen=listen, config=broker_config(args),
-                            unauthenticated_metrics=args.unauthenticated_metrics, idle_timeout=args.idle_timeout)
+    config = broker_config(args)
+    options = DaemonOptions(listen=listen, config=config,
+                            unauthenticated_metrics=args.unauthenticated_metrics, idle_timeout=args.idle_timeout,
+                            log_level=getattr(args, "log_level", logging.INFO),
+                            config_files=tuple(str(f) for f in config_files()))
     return run(options)

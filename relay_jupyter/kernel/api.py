@@ -15,6 +15,9 @@
 - ``relay.anthropic()`` / ``relay.async_anthropic()``: official ``anthropic`` SDK clients that reach Claude
   through relay's gate with this kernel's credential; ``relay.claude_env()``: the environment for a ``claude``
   CLI subprocess (``kernel/sdk_clients.py``, docs/proxy.md).
+- ``relay.telemetry()``: this notebook's model requests (endpoints and ``%%agent`` turns) as a pandas DataFrame:
+  tokens, cost, latency, time to first token, status, session, lineage; ``relay.spend()``: a matplotlib figure
+  of spend and tokens over time per model (``kernel/telemetry_view.py``, docs/telemetry.md).
 
 These are ordinary (synchronous) calls from a cell. A cell's code runs while the kernel's own
 event loop is busy running that cell, so each call runs its short RPC on a private loop in a worker
@@ -58,7 +61,8 @@ class Relay:
 
     def __repr__(self) -> str:
         return ("relay: connect(tools) grants() budget() audit() runs() run(run_id) diff(path) checkpoints() "
-                "revert(checkpoint_id) kill() provenance() anthropic() async_anthropic() claude_env()")
+                "revert(checkpoint_id) kill() provenance() anthropic() async_anthropic() claude_env() telemetry() "
+                "spend()")
 
     def _endpoint(self) -> Any:
         async def go() -> Any:
@@ -200,6 +204,40 @@ class Relay:
         from .widgets.tables import frame
 
         return frame(_rows(self._call(Method.RUNS_LIST, {"limit": int(n)}), "runs"))
+
+    def telemetry(self, since: Any = None, *, limit: int = 1000) -> Any:
+        """This notebook's model requests as a pandas DataFrame, one row each (oldest first; the newest
+        ``limit``): ``ts`` (local time), ``source`` (``proxy``: an SDK, LangChain or the ``claude`` CLI through
+        relay's endpoint; ``agent``: a ``%%agent`` turn), ``model``, ``session``, ``lineage``, the tokens and
+        ``cost_usd`` charged (``estimated`` when the server reported none), ``latency_ms``, ``ttft_ms``,
+        ``status``. ``since``: a ``datetime``, a ``timedelta`` (that long ago) or epoch seconds."""
+        from .telemetry_view import since_seconds, telemetry_frame
+
+        try:
+            params: dict[str, Any] = {"limit": int(limit)}
+            start = since_seconds(since)
+        except (TypeError, ValueError) as exc:
+            raise AgentError(f"relay.telemetry: {exc}") from None
+        if start is not None:
+            params["since"] = start
+        return telemetry_frame(_rows(self._call(Method.TELEMETRY_QUERY, params), "rows"))
+
+    def spend(self, since: Any = None, *, by: str = "model", limit: int = 10000) -> Any:
+        """A matplotlib figure of this notebook's spend (cumulative USD) and tokens per request over time,
+        one line per ``by`` (``model``, ``notebook``, ``session``, ``source``, ``status``); shown in the cell
+        as a PNG, and returned (``fig.savefig(...)``). ``since`` as for :meth:`telemetry`."""
+        from .telemetry_view import GROUPS, register_png_formatter, spend_figure
+
+        if by not in GROUPS:
+            raise AgentError(f"relay.spend: by must be one of {', '.join(sorted(GROUPS))}, not {by!r}")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise AgentError("relay.spend needs matplotlib: pip install matplotlib "
+                             "(or relay-jupyter[plots])") from None
+        df = self.telemetry(since, limit=limit)
+        register_png_formatter(getattr(self._session, "shell", None))
+        return spend_figure(df, by=by)
 
     def run(self, run_id: str) -> Any:
         """One run's view: steps, tool calls, decisions, timings."""

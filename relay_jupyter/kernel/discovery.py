@@ -9,7 +9,8 @@ In order:
    ``RELAY_TOKEN`` or the 0600 file ``<jupyter data dir>/relay/daemon_token``.
 3. Nothing set: the user's shared daemon on ``unix://<jupyter runtime dir>/relay/relay.sock``;
    if no daemon answers there, start one detached (``jupyter relay serve --listen unix://...
-   --idle-timeout 600``) and wait briefly for its socket.
+   --idle-timeout 600``) and wait for its socket while it runs (at most 60 s: on a loaded machine the
+   daemon's imports alone took more than 10 s, and the first cell failed while it was starting).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from ..protocol.local import unix_socket_answers
 from .client import Endpoint
 from .errors import BrokerUnreachable
 
-__all__ = ["DAEMON_IDLE_TIMEOUT", "daemon_command", "default_socket_path", "discover"]
+__all__ = ["DAEMON_IDLE_TIMEOUT", "client_name_for", "daemon_command", "default_socket_path", "discover",
+           "notebook_from_argv", "notebook_path", "runner_notebook"]
 
 DAEMON_IDLE_TIMEOUT = 600
 
@@ -98,35 +100,109 @@ def is_anonymous_client_name(name: str) -> bool:
     return name.startswith(ANONYMOUS_PREFIX)
 
 
-def notebook_client_name(user_ns: dict[str, Any] | None = None) -> str:
-    """``X-Relay-Client`` for this kernel: ``kernel:<notebook>`` so each notebook attached to the
-    standalone daemon gets its own origin (``daemon:kernel:<notebook>``) and grants.
+#: Headless runners whose command line names the notebook they run: the kernel's parent process
+#: (jupyter_client starts the kernel from the runner). ``papermill IN OUT``: the input; the others: their one
+#: ``.ipynb`` argument (several notebooks in one process are ambiguous: no name).
+_RUNNERS = {"papermill": "papermill", "jupyter-execute": "one", "jupyter-nbconvert": "one", "nbconvert": "one",
+            "nbclient": "one", "pytest": "one", "py.test": "one"}
+#: papermill's options that take values (``-p NAME VALUE`` two), so a value is never taken for the input path.
+_PAPERMILL_VALUED = {"-p": 2, "--parameters": 2, "-r": 2, "--parameters_raw": 2, "-f": 1, "--parameters_file": 1,
+                     "-y": 1, "--parameters_yaml": 1, "-b": 1, "--parameters_base64": 1, "-k": 1, "--kernel": 1,
+                     "-l": 1, "--language": 1, "--engine": 1, "--cwd": 1, "--start-timeout": 1,
+                     "--start_timeout": 1, "--execution-timeout": 1, "--log-level": 1, "--stdout-file": 1,
+                     "--stderr-file": 1, "--autosave-cell-every": 1}
 
-    The notebook comes from ``RELAY_NOTEBOOK`` (set it for a runner that knows the path: papermill,
-    nbclient, a CI job), ``JPY_SESSION_NAME`` (Jupyter sets it for a notebook's kernel) or VS Code's
-    ``__vsc_ipynb_file__`` in the user namespace. Without any, the kernel gets a fresh name of its own
-    (``kernel:anon-<12 hex>``, :data:`ANONYMOUS_PREFIX`): two headless notebooks never share an origin,
-    a grant or a budget. The daemon accepts 1-64 of ``[A-Za-z0-9_.:-]``: other characters become ``_``,
-    and a longer name keeps its tail (the file name) with a hash of the whole path in front, so two long
-    paths never share a name.
+
+def notebook_from_argv(argv: list[str], cwd: str) -> str | None:
+    """The notebook a runner's command line names, as an absolute path (None: not a runner, or no one notebook).
+
+    ``argv`` is the runner's own command line (``[python,] /path/papermill in.ipynb out.ipynb``, ``python -m
+    papermill ...``, ``jupyter-execute a.ipynb``; ``jupyter execute`` execs ``jupyter-execute``), ``cwd`` its
+    working directory, against which a relative path is resolved.
     """
-    raw = os.environ.get("RELAY_NOTEBOOK", "").strip() or os.environ.get("JPY_SESSION_NAME", "").strip()
-    if not raw and user_ns is not None:
-        value = user_ns.get("__vsc_ipynb_file__")
-        raw = value.strip() if isinstance(value, str) else ""
-    if not raw:
-        return _ANONYMOUS
-    name = "kernel:" + _CLIENT_CHARS.sub("_", raw).strip("_")
+    kind = None
+    rest: list[str] = []
+    for i, arg in enumerate(argv[:3]):  # the program, or the script / -m module the interpreter runs
+        name = Path(arg).name.removesuffix(".py") if not argv[i - 1:i] == ["-m"] else arg.split(".")[0]
+        if name in _RUNNERS:
+            kind, rest = _RUNNERS[name], argv[i + 1:]
+            break
+    if kind is None:
+        return None
+    if kind == "papermill":
+        found: list[str] = []
+        skip = 0
+        for arg in rest:
+            if skip:
+                skip -= 1
+            elif arg in _PAPERMILL_VALUED:
+                skip = _PAPERMILL_VALUED[arg]
+            elif arg == "-" or not arg.startswith("-"):  # "-": the notebook on stdin
+                found.append(arg)
+        path = found[0] if found else None
+    else:
+        candidates = [a for a in rest if a.endswith(".ipynb") and not a.startswith("-")]
+        path = candidates[0] if len(candidates) == 1 else None
+    if not path or not path.endswith(".ipynb") or "://" in path:
+        return None  # stdin ("-"), a URL (s3://...), not a notebook file
+    return os.path.normpath(os.path.join(cwd, path))
+
+
+def runner_notebook(pid: int | None = None) -> str | None:
+    """The notebook the headless runner that started this kernel runs, from its command line (Linux ``/proc``)."""
+    pid = os.getppid() if pid is None else pid
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+    argv = [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0") if a]
+    return notebook_from_argv(argv, cwd)
+
+
+def client_name_for(path: str) -> str:
+    """``X-Relay-Client`` for a notebook path: ``kernel:<path>``, fitted to the daemon's 1-64 of
+    ``[A-Za-z0-9_.:-]``: other characters become ``_``, and a longer name keeps its tail (the file name) with a
+    hash of the whole path in front, so two long paths never share a name. The daemon's origin is
+    ``daemon:<this>``."""
+    name = "kernel:" + _CLIENT_CHARS.sub("_", path).strip("_")
     if name == "kernel:":
-        name = "kernel:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        name = "kernel:" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     if len(name) > _MAX_CLIENT:
-        digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         keep = _MAX_CLIENT - len("kernel:") - len(digest) - 1
         name = f"kernel:{digest}-{name[-keep:].lstrip('_.:-') or digest}"[:_MAX_CLIENT]
     return name
 
 
-async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 10.0) -> Endpoint:
+def notebook_path(user_ns: dict[str, Any] | None = None) -> str | None:
+    """The notebook this kernel runs, wherever the runner tells it (None: nobody does).
+
+    In order: ``RELAY_NOTEBOOK`` (set it for a runner that knows the path), ``JPY_SESSION_NAME`` (a Jupyter
+    server sets it for a notebook's kernel), VS Code's ``__vsc_ipynb_file__`` in the user namespace, and the
+    command line of the runner that started the kernel (:func:`runner_notebook`: ``papermill IN OUT``,
+    ``jupyter execute NB``, ``jupyter nbconvert --execute NB``, ``pytest --nbval NB``). nbclient or papermill
+    called as a library from a script tell the kernel nothing: set ``RELAY_NOTEBOOK`` before each call.
+    """
+    raw = os.environ.get("RELAY_NOTEBOOK", "").strip() or os.environ.get("JPY_SESSION_NAME", "").strip()
+    if not raw and user_ns is not None:
+        value = user_ns.get("__vsc_ipynb_file__")
+        raw = value.strip() if isinstance(value, str) else ""
+    return raw or runner_notebook()
+
+
+def notebook_client_name(user_ns: dict[str, Any] | None = None) -> str:
+    """``X-Relay-Client`` for this kernel: ``kernel:<notebook>`` (:func:`notebook_path`,
+    :func:`client_name_for`) so each notebook attached to the standalone daemon gets its own origin
+    (``daemon:kernel:<notebook>``) and grants. Without a path, the kernel gets a fresh name of its own
+    (``kernel:anon-<12 hex>``, :data:`ANONYMOUS_PREFIX`): two headless notebooks never share an origin,
+    a grant or a budget.
+    """
+    raw = notebook_path(user_ns)
+    return client_name_for(raw) if raw else _ANONYMOUS
+
+
+async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 60.0) -> Endpoint:
     """The broker endpoint for this kernel (see the module docstring for the order).
 
     Raises:

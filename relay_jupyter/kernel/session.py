@@ -259,8 +259,12 @@ class Session:
             print(f"relay: this kernel does not know its notebook's path, so it has an origin of its own ({name}); "
                   "set RELAY_NOTEBOOK=<path> for the kernel to keep grants and budgets per notebook")
         if surface == "headless":
+            auth = client.endpoint.auth or ""
+            # on the daemon the origin is daemon:<client name>: name it, so the terminal grant is one copy-paste
+            grant = (f"`jupyter relay grants add daemon:{name} --tools ...`" if not auth.startswith("RelayKernel ")
+                     else "`jupyter relay grants add`")
             raise AgentError("this notebook has no relay grant and nobody can click Connect here (headless); run "
-                             "%%agent once interactively or use `jupyter relay grants add`", code=Code.UNAUTHORIZED)
+                             f"%%agent once interactively or use {grant}", code=Code.UNAUTHORIZED)
         listed = cast(wire.ToolsListResult, await client.call(Method.TOOLS_LIST, {}))
         tools = list((listed or {}).get("tools", [])) if isinstance(listed, dict) else []
         model = opts.model or self.default_model or "*"

@@ -23,6 +23,9 @@ from typing import Any, Literal, NotRequired, Required, TypedDict
 __all__ = [
     "KERNEL_EVENTS",
     "KERNEL_METHODS",
+    "TelemetryQueryParams",
+    "TelemetryQueryResult",
+    "TelemetryRowDict",
     "AuditRecordDict",
     "AuditTailParams",
     "AuditTailResult",
@@ -212,6 +215,40 @@ class AuditTailResult(TypedDict):
     records: list[AuditRecordDict]
 
 
+class TelemetryRowDict(TypedDict):
+    """``core.telemetry.TelemetryRow``: one model request, figures and ids only."""
+
+    id: int
+    ts: float
+    origin: str
+    source: str
+    model: str
+    session: str | None
+    lineage: str | None
+    run_id: str | None
+    profile: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    estimated: bool
+    latency_ms: float
+    ttft_ms: float | None
+    status: str
+    error_code: str | None
+
+
+class TelemetryQueryParams(TypedDict, total=False):
+    since: float | None
+    limit: int
+    origin: str | None
+
+
+class TelemetryQueryResult(TypedDict):
+    rows: list[TelemetryRowDict]
+
+
 class RunsListParams(TypedDict, total=False):
     origin: str | None
     limit: int
@@ -373,6 +410,7 @@ KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "grants.revoke": (GrantsRevokeParams, RevokedResult),
     "budget.get": (OriginParams, BudgetGetResult),
     "audit.tail": (AuditTailParams, AuditTailResult),
+    "telemetry.query": (TelemetryQueryParams, TelemetryQueryResult),
     "runs.list": (RunsListParams, RunsListResult),
     "runs.get": (RunsGetParams, RunsGetResult),
     "kill": (KillParams, KillResult),

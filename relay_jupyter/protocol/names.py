@@ -45,6 +45,8 @@ class Method:
     # trust
     TRUST_LIST = "trust.list"
     TRUST_REVOKE = "trust.revoke"
+    # telemetry (docs/telemetry.md)
+    TELEMETRY_QUERY = "telemetry.query"  # {since?, limit?, origin?} -> {rows: [TelemetryRow]}
 
 
 class EventType:

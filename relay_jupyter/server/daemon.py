@@ -135,6 +135,10 @@ class DaemonOptions:
     unauthenticated_metrics: bool = False
     idle_timeout: float | None = None
     """Exit after this many seconds with no active runs and no requests (None: never)."""
+    log_level: int = logging.INFO
+    """The level of relay's loggers in the daemon log and on stderr (``--debug``: DEBUG)."""
+    config_files: tuple[str, ...] = ()
+    """The Jupyter config files the settings were read from (logged at startup)."""
 
 
 def active_run_count(broker: Broker) -> int:
@@ -147,7 +151,7 @@ def active_run_count(broker: Broker) -> int:
     return len(broker.events.active_runs)
 
 
-def _setup_logging(root: Path) -> logging.Handler:
+def _setup_logging(root: Path, level: int = logging.INFO) -> logging.Handler:
     logs = ensure_private_dir(root / LOG_DIR)
     handler = logging.handlers.RotatingFileHandler(logs / DAEMON_LOG, maxBytes=5 << 20, backupCount=3,
                                                    encoding="utf-8")
@@ -155,7 +159,7 @@ def _setup_logging(root: Path) -> logging.Handler:
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter("[relay %(levelname)s] %(message)s"))
     top = logging.getLogger("relay_jupyter")
-    top.setLevel(logging.INFO)
+    top.setLevel(level)
     for h in (handler, console):
         top.addHandler(h)
     # tornado's own lines (a malformed request, an uncaught error) go to the same places
@@ -210,7 +214,10 @@ class _Daemon:
         # kept for the files a push creates in the Jupyter root (broker.assembly, workspace/rootfiles)
         user_umask = os.umask(0o077)
         root = ensure_private_dir(Path(opts.config.data_dir)) if opts.config.data_dir else default_data_dir()
-        file_handler = _setup_logging(root)
+        file_handler = _setup_logging(root, opts.log_level)
+        if opts.config_files:
+            log.info("relay daemon: Jupyter config files read, lowest priority first: %s", ", ".join(opts.config_files))
+        log.debug("relay daemon: log level %s, data dir %s", logging.getLevelName(opts.log_level), root)
         auth_log = AuthLog(root / LOG_DIR / AUTH_LOG)
         # its own audit log (a Jupyter server's broker on the same data dir writes audit.jsonl; both could share
         # one, since an audit log takes several writers, but a file per kind of broker is easier to read)

@@ -16,11 +16,17 @@ inside Jupyter) and returns only the settings the files named, as :class:`~relay
 BrokerConfig` values. The daemon's ``--config`` JSON and flags override them.
 
 traitlets' own loaders do the parsing (``.py`` files are the user's own Python, executed as Jupyter does).
+
+``--RelayApp.<name>=value`` on a ``jupyter relay`` command line (``cli/app.py``) is set for the command's duration
+with :func:`command_line_config` and wins over the files here, as a Jupyter application's command line does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +38,47 @@ from traitlets.config.loader import ConfigFileNotFound, JSONFileConfigLoader, Py
 from ..broker.config import BrokerConfig
 from ..core.errors import Code, ConfigRefusal
 
-__all__ = ["CONFIG_NAMES", "broker_settings_from_files", "config_files", "load_jupyter_config"]
+__all__ = ["CONFIG_NAMES", "broker_settings_from_files", "command_line_config", "command_line_settings", "config_files",
+           "load_jupyter_config"]
 
 #: Base names of the config files read from each Jupyter config directory, in order.
 CONFIG_NAMES = ("jupyter_server_config", "jupyter_relay_config")
+
+_log = logging.getLogger(__name__)
+_COMMAND_LINE: ContextVar[Config | None] = ContextVar("relay_command_line_config", default=None)
+
+
+@contextlib.contextmanager
+def command_line_config(config: Config) -> Iterator[None]:
+    """The traitlets config of a ``jupyter relay`` command line (``--RelayApp.x=y``), over the files meanwhile."""
+    token = _COMMAND_LINE.set(config)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def _settings_of(config: Config, where: str) -> dict[str, Any]:
+    section = config.get("RelayApp") if "RelayApp" in config else None
+    if not section:
+        return {}
+    from .app import RelayApp  # the extension's traits: one definition of every setting
+
+    try:
+        full = RelayApp(config=config).broker_config()
+    except TraitError as exc:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp in {where}: {str(exc).splitlines()[0][:300]}") from None
+    except ConfigRefusal:
+        raise
+    except ValueError as exc:  # pydantic: BrokerConfig refused a combination of values
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp: {str(exc).splitlines()[0][:300]}") from None
+    return {name: getattr(full, name) for name in section if name in BrokerConfig.model_fields}
+
+
+def command_line_settings() -> dict[str, Any]:
+    """``BrokerConfig`` values for the ``--RelayApp.*`` of the current command line (empty outside one)."""
+    config = _COMMAND_LINE.get()
+    return _settings_of(config, "the command line") if config is not None else {}
 
 
 def config_files(paths: Iterable[str | Path] | None = None) -> list[Path]:
@@ -75,25 +118,19 @@ def load_jupyter_config(paths: Iterable[str | Path] | None = None) -> tuple[Conf
     return config, files
 
 
-def broker_settings_from_files(paths: Iterable[str | Path] | None = None) -> dict[str, Any]:
-    """``BrokerConfig`` values for the ``c.RelayApp.*`` settings the Jupyter config files name.
+def broker_settings_from_files(paths: Iterable[str | Path] | None = None, *,
+                               command_line: bool = True) -> dict[str, Any]:
+    """``BrokerConfig`` values for the ``c.RelayApp.*`` settings the Jupyter config files name, with the current
+    command line's ``--RelayApp.*`` over them (unless ``command_line`` is false or ``paths`` are given).
 
     Raises:
         ConfigRefusal: CONFIG_INVALID for a broken file or a value the ``RelayApp`` trait refuses.
     """
     config, files = load_jupyter_config(paths)
-    section = config.get("RelayApp") if "RelayApp" in config else None
-    if not section:
-        return {}
-    from .app import RelayApp  # the extension's traits: one definition of every setting
-
-    try:
-        full = RelayApp(config=config).broker_config()
-    except TraitError as exc:
-        where = ", ".join(str(f) for f in files)
-        raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp in {where}: {str(exc).splitlines()[0][:300]}") from None
-    except ConfigRefusal:
-        raise
-    except ValueError as exc:  # pydantic: BrokerConfig refused a combination of values
-        raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp: {str(exc).splitlines()[0][:300]}") from None
-    return {name: getattr(full, name) for name in section if name in BrokerConfig.model_fields}
+    cli = _COMMAND_LINE.get() if command_line and paths is None else None
+    for file in files:
+        _log.debug("relay: config file %s", file)
+    if cli is not None:
+        config.merge(cli)
+    where = ", ".join(str(f) for f in files) + (" and the command line" if cli else "")
+    return _settings_of(config, where or "the command line")

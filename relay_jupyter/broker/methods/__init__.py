@@ -22,6 +22,7 @@ from . import (
     kernel,
     permissions,
     runs,
+    telemetry,
     tools,
     trust,
     workspace,
@@ -31,4 +32,4 @@ __all__ = ["MODULES"]
 
 #: The namespace modules, each with ``ACCESS`` and ``rpc``.
 MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, conversations, permissions, kernel, trust, checkpoints,
-                                   workspace, elicitation, tools)
+                                   workspace, elicitation, tools, telemetry)
