@@ -16,7 +16,7 @@ from ..core.budgets import utc_day
 from ..core.errors import Code, ConfigRefusal
 from ..core.teams import Teams, default_user
 
-__all__ = ["open_configured_store", "register", "spend_frame", "team_rows"]
+__all__ = ["open_configured_store", "register", "spend_frame", "spend_plot", "spend_rows", "sqlite_spend_rows", "team_rows"]
 
 
 def register(subparsers: Any) -> None:
@@ -28,11 +28,94 @@ def register(subparsers: Any) -> None:
     ls.add_argument("--data-dir", metavar="DIR", help="the relay data dir (SQLite store)")
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ls.set_defaults(func=_cmd_list)
-    sp = sub.add_parser("spend", help="spend per user and per team, per day (the PostgreSQL store)")
+    sp = sub.add_parser("spend", help="spend per user and per team, per day (PostgreSQL or the SQLite store)")
     sp.add_argument("--config", metavar="JSON", help="broker settings (as for jupyter relay serve --config)")
     sp.add_argument("--since", metavar="YYYY-MM-DD", help="from this UTC day on (default: every day kept)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.add_argument("--data-dir", metavar="DIR", help="the relay data dir (SQLite store)")
+    sp.add_argument("--plot", metavar="FILE.png", help="also save a stacked bar chart of the spend (matplotlib)")
+    sp.add_argument("--by", choices=("user", "team"), default="user", help="what the plot's colours are (default user)")
     sp.set_defaults(func=_cmd_spend)
+
+
+def spend_rows(config: Any, since: str | None = None) -> list[dict[str, Any]]:
+    """The admin view of spend, per UTC day from ``since`` (``YYYY-MM-DD``) on: one row per user
+    (``{"day", "user", "team": None, "tokens", "cost_usd"}``, the sum of their notebooks' ledger rows) and one
+    per team (``"user": None``), from the store ``config`` names: PostgreSQL (``PostgresStore.spend_rows``, every
+    user's broker) or the SQLite file of the data dir (one broker: the hub service's, or a single user's, whose
+    origins without ``user:<name>/`` are the broker's user's)."""
+    if config.store_url:
+        store = _open_store(config)
+        try:
+            return list(store.spend_rows(since))
+        finally:
+            store.close()
+    from ..storage.paths import data_dir
+    from ..storage.sqlite import DB_NAME
+
+    root = Path(config.data_dir) if config.data_dir else data_dir()
+    return sqlite_spend_rows(root / DB_NAME, since, config.user or default_user())
+
+
+def sqlite_spend_rows(path: Path, since: str | None, default: str | None) -> list[dict[str, Any]]:
+    """:func:`spend_rows` of one SQLite store (read-only; an absent file has no spend)."""
+    import sqlite3
+
+    from ..core.teams import TEAM_PREFIX, user_of_origin
+
+    if not Path(path).exists():
+        return []
+    # read-only: an admin view must never take the broker's write lock
+    conn = sqlite3.connect(f"file:{Path(path).as_posix()}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = conn.execute("SELECT origin, day, tokens, cost_usd FROM ledger WHERE length(day) = 10 AND day >= ? "
+                            "ORDER BY day, origin", (since or "0000-00-00",)).fetchall()
+    finally:
+        conn.close()
+    totals: dict[tuple[str, str | None, str | None], list[float]] = {}
+    for origin, day, tokens, cost in rows:
+        if origin.startswith(TEAM_PREFIX):
+            key = (day, None, origin[len(TEAM_PREFIX):])
+        else:
+            key = (day, user_of_origin(origin, default) or "?", None)
+        acc = totals.setdefault(key, [0, 0.0])
+        acc[0] += int(tokens)
+        acc[1] += float(cost)
+    out = [{"day": d, "user": u, "team": t, "tokens": int(v[0]), "cost_usd": float(v[1])} for (d, u, t), v in totals.items()]
+    return sorted(out, key=lambda r: (r["day"], r["team"] or "", r["user"] or ""))
+
+
+def spend_plot(frame: Any, *, by: str = "user", value: str = "tokens", ax: Any = None) -> Any:
+    """A stacked bar chart of ``frame`` (:func:`spend_frame`): ``value`` (``tokens`` or ``cost_usd``) per day,
+    one colour per ``by`` (``user`` or ``team``). Returns the matplotlib Axes (``pip install
+    'relay-jupyter[plots]'``); in a notebook it shows inline, in a script ``ax.figure.savefig("spend.png")``."""
+    if by not in ("user", "team") or value not in ("tokens", "cost_usd"):
+        raise ValueError("by is 'user' or 'team'; value is 'tokens' or 'cost_usd'")
+    if ax is None:
+        if _interactive():  # in a notebook: pyplot's figure, shown inline
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(figsize=(8, 4))
+        else:  # a script or the CLI: a figure of its own, no GUI backend, nothing global
+            from matplotlib.figure import Figure
+
+            ax = Figure(figsize=(8, 4)).subplots()
+    rows = frame[frame[by].notna()]
+    if rows.empty:
+        ax.set_title(f"no spend per {by}")
+        return ax
+    table = rows.pivot_table(index="day", columns=by, values=value, aggfunc="sum", fill_value=0)
+    table.plot(kind="bar", stacked=True, ax=ax)
+    ax.set_xlabel("day (UTC)")
+    ax.set_ylabel("USD" if value == "cost_usd" else "tokens")
+    ax.set_title(f"spend per {by}")
+    return ax
+
+
+def _interactive() -> bool:
+    import sys
+
+    return "ipykernel" in sys.modules
 
 
 def spend_frame(rows: list[dict[str, Any]]) -> Any:
@@ -102,15 +185,15 @@ def _cmd_spend(args: argparse.Namespace) -> int:
             date.fromisoformat(args.since)
         except ValueError:
             raise ConfigRefusal(Code.CONFIG_INVALID, f"--since: {args.since[:40]!r} is not a YYYY-MM-DD day") from None
-    config = broker_config(argparse.Namespace(config=args.config))
-    if not config.store_url:
-        raise ConfigRefusal(Code.CONFIG_INVALID, "spend per user needs the shared PostgreSQL store (c.RelayApp.store_url); "
-                                                 "on SQLite, jupyter relay teams list shows the teams' spend")
-    store = _open_store(config)
-    try:
-        rows = store.spend_rows(args.since)
-    finally:
-        store.close()
+    config = broker_config(argparse.Namespace(config=args.config, data_dir=args.data_dir))
+    rows = spend_rows(config, args.since)
+    if args.plot:
+        try:
+            ax = spend_plot(spend_frame(rows), by=args.by)
+        except ImportError:
+            raise ConfigRefusal(Code.CONFIG_INVALID, "--plot needs matplotlib: pip install 'relay-jupyter[plots]'") from None
+        ax.figure.savefig(args.plot, bbox_inches="tight")
+        print(f"plot of spend per {args.by} written to {args.plot}")
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -122,6 +205,15 @@ def _cmd_spend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _teams_in_force(config: Any) -> Teams:
+    """The configured teams with the limits ``jupyter relay budget set --team`` wrote over them."""
+    from ..storage.paths import data_dir
+    from ..storage.team_limits import TEAM_LIMITS_FILE, TeamLimitsFile
+
+    root = Path(config.data_dir) if config.data_dir else data_dir()
+    return TeamLimitsFile(Teams.from_config(config.teams), root / TEAM_LIMITS_FILE).teams()
+
+
 def _limit(used: float, held: float, limit: float | None, unit: str) -> str:
     shown = f"{used:g}" + (f" (+{held:g} in flight)" if held else "")
     return f"{shown} / {'no limit' if limit is None else f'{limit:g}'} {unit}"
@@ -131,7 +223,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from .serve import broker_config
 
     config = broker_config(argparse.Namespace(config=args.config, data_dir=args.data_dir))
-    teams = Teams.from_config(config.teams)
+    teams = _teams_in_force(config)
     if not teams:
         raise ConfigRefusal(Code.CONFIG_INVALID, "no teams are configured (c.RelayApp.teams); see docs/multi-user.md")
     store = _open_store(config)

@@ -167,6 +167,24 @@ class Teams:
         named = frozenset(groups)
         return [t for t in self if user in t.members or t.name in named]
 
+    def with_limits(self, limits: Mapping[str, Mapping[str, Any]]) -> Teams:
+        """A copy with each named team's budget replaced by ``limits[name]`` (``jupyter relay budget set
+        --team``; a name that is not a configured team is ignored: members come from the configuration).
+
+        Raises:
+            ValueError: one line naming the team and the bad field.
+        """
+        out = self
+        for name, body in limits.items():
+            if self.get(name) is None:
+                continue
+            try:
+                budget = TeamBudget(**dict(body))
+            except (ValidationError, TypeError) as exc:
+                raise ValueError(f"team {name!r}: {_first_error(exc)}") from None
+            out = out.with_budget(name, budget)
+        return out
+
     def with_budget(self, name: str, budget: TeamBudget) -> Teams:
         """A copy with team ``name``'s budget replaced (``jupyter relay budget set --team``)."""
         team = self._teams.get(name)
@@ -187,15 +205,18 @@ def default_user() -> str | None:
         return None
 
 
-def teams_for_origin(teams: Teams, user: str | None,
+def teams_for_origin(teams: Teams | Callable[[], Teams], user: str | None,
                      groups_of: Callable[[str], Iterable[str]] | None = None) -> Callable[[str], list[Team]]:
     """``origin -> teams`` for :class:`~relay_jupyter.core.budgets.BudgetLedger`: the teams of the
-    origin's user (``user:<name>/…``), else of ``user`` (the broker's). ``groups_of(user)``: the user's
-    JupyterHub groups (a hub group is the team of the same name; the hub service passes it)."""
+    origin's user (``user:<name>/…``), else of ``user`` (the broker's). ``teams``: the teams, or a function
+    giving the ones now in force (limits set from the terminal). ``groups_of(user)``: the user's JupyterHub
+    groups (a hub group is the team of the same name; the hub service passes it)."""
+    current = teams if callable(teams) else (lambda: teams)
+
     def of(origin: str) -> list[Team]:
         who = user_of_origin(origin, user)
         groups = groups_of(who) if (groups_of is not None and who is not None) else ()
-        return teams.of_user(who, groups)
+        return current().of_user(who, groups)
 
     return of
 

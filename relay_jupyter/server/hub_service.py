@@ -273,11 +273,12 @@ class _HubService:
                 for sock in socks:
                     sock.close()
                 raise
-            if config.teams:  # a hub group is the team of the same name
+            if config.teams:  # a hub group is the team of the same name; limits set from the terminal hold
                 from ..core.teams import Teams, teams_for_origin
+                from ..storage.team_limits import TEAM_LIMITS_FILE, TeamLimitsFile
 
-                broker.ledger.use_teams(teams_for_origin(Teams.from_config(config.teams), None, gate.groups_of),
-                                        broker.store.transaction)
+                limits = TeamLimitsFile(Teams.from_config(config.teams), root / TEAM_LIMITS_FILE)
+                broker.ledger.use_teams(teams_for_origin(limits.teams, None, gate.groups_of), broker.store.transaction)
             # the service cannot write the users' files (another OS user): pushes land in its own directory
             workspace_root = ensure_private_dir(root / "hub-root")
             install_components(broker, jupyter_root=workspace_root)
