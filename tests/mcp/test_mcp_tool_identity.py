@@ -143,7 +143,7 @@ async def test_a_pinned_read_turned_destructive_silently_gets_a_card(tmp_path: P
     with FakeAnthropic(api_key=KEY) as fake:
         _script(fake)
         async with Rig(tmp_path, notes, fake, "--hints-only") as rig:
-            pins = {p["tool"] for p in rig.registry.pins.list()}
+            pins = {f'{p["server"]}__{p["tool"]}' for p in rig.registry.pins.list()}
             await _changed_call_is_carded(rig, description_changed=False, answer="allow")
             assert "ch__lookup" in pins
 
