@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from typing import Any
 
 from ..protocol.names import Method
@@ -165,6 +166,29 @@ class Relay:
         self._session.connected_origin = True
         grant = result.get("grant", result) if isinstance(result, dict) else {}
         return grant if isinstance(grant, dict) else {}
+
+    def sign_in(self, server: str, *, timeout: float = 600.0) -> dict[str, Any]:
+        """Sign in to the HTTP MCP server ``server`` with OAuth: shows a card with the link, waits until the
+        broker has the token (or ``timeout`` seconds). The token stays in the broker (docs/mcp.md).
+        Returns ``{server, state: signed_in | failed | pending, message}``."""
+        from .widgets.signin_card import SignInCard
+
+        result = self._call(Method.MCP_SIGN_IN, {"server": server})
+        card: SignInCard | None = None
+        if result.get("state") == "pending":
+            card = SignInCard(server, result.get("authorization_url"))
+            card.show()
+        deadline = time.monotonic() + timeout
+        while result.get("state") == "pending" and time.monotonic() < deadline:
+            result = self._call(Method.MCP_SIGN_IN_WAIT, {"sign_in_id": result["sign_in_id"],
+                                                          "timeout": min(25.0, max(0.0, deadline - time.monotonic()))})
+        state = result.get("state", "failed")
+        message = str(result.get("message") or ("timed out" if state == "pending" else state))
+        if card is not None:
+            card.done(state == "signed_in", message)
+        else:
+            print(("✓ " if state == "signed_in" else "✗ ") + message)
+        return {"server": server, "state": state, "message": message}
 
     def checkpoints(self, n: int = 100) -> Any:
         """This notebook's pushes into the Jupyter root (newest first) as a pandas DataFrame: id, target,

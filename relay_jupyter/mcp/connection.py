@@ -212,6 +212,8 @@ class McpConnection:
             inner = _unwrap(exc)
             if isinstance(inner, McpToolError):
                 raise inner from None
+            if type(inner).__name__ == "SignInNeeded":  # mcp/signin.py: OAuth needs a person, none asked yet
+                raise McpToolError(self.name, "auth", self._sign_in_message()) from None
             reason = "version" if _sdk_refused_version(inner) is not None else (
                 "auth" if self._auth_status() is not None else "connect")
             raise McpToolError(self.name, reason, self._connect_message(inner)) from None
@@ -581,8 +583,15 @@ class McpConnection:
         configured = any(k.lower() == "authorization" for k in self.config.headers)
         hint = ("the token in its mcp.json \"headers\" was refused: replace it"
                 if configured else "add a token to its mcp.json entry: \"headers\": {\"Authorization\": \"Bearer …\"}")
+        if self._transport.auth_offers_oauth and self.http_auth is not None:
+            return self._sign_in_message()
         oauth = "; it offers OAuth sign-in, which relay does not do yet" if self._transport.auth_offers_oauth else ""
         return f"MCP server {self.name!r} at {shown} needs authorisation (HTTP 401): {hint}{oauth}"
+
+    def _sign_in_message(self) -> str:
+        shown = getattr(self.config, "shown_source", self.name)
+        return (f"MCP server {self.name!r} at {shown} needs sign-in (HTTP 401, OAuth): sign in from a notebook with "
+                f"relay.sign_in({self.name!r})")
 
     def _flooded(self) -> bool:
         return bool(self._transport is not None and self._transport.flooded)

@@ -31,7 +31,7 @@ from ..core.classify import classify
 from ..core.errors import Code, RoutingRefusal
 from ..core.tooling import Preflight, ToolContext, ToolResult, as_result
 from ..core.types import ToolClass, ToolSpec
-from .config import McpConfig, ServerConfig, StdioServerConfig
+from .config import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
 from .connection import McpConnection, McpToolError
 from .discovery import DEFAULT_MAX_OUTPUT_BYTES, DiscoveredTool, convert_tools, split_name
 from .elicitation import call_context
@@ -167,6 +167,52 @@ class McpRegistry:
             if name in self._servers:
                 self._servers[name].connection.tools_changed = True
                 await self._connect(self._servers[name])
+
+    # -- OAuth sign-in (mcp/signin.py) -----------------------------------------------------------
+
+    def enable_sign_in(self, sign_in: Any) -> None:
+        """Switch OAuth on for the HTTP servers that have no ``Authorization`` header in mcp.json: the SDK's
+        provider (tokens in ``sign_in``'s 0600 store) on each connection; a server that needs a person
+        fails at once with "needs sign-in" until :meth:`start_sign_in` is asked for it."""
+        self.sign_in = sign_in
+        for server in self._servers.values():
+            cfg = server.config
+            if isinstance(cfg, HttpServerConfig) and not any(k.lower() == "authorization" for k in cfg.headers):
+                server.connection.http_auth = sign_in.provider_for
+
+    async def start_sign_in(self, name: str, *, timeout: float = 600.0, url_wait: float = 30.0) -> Any:
+        """Start signing in to ``name``: returns the :class:`~relay_jupyter.mcp.signin.SignInPending` once the
+        SDK has the authorization URL for the card (``pending.url``), or once the connection ended without one
+        (already signed in, or failed: ``pending.outcome``). The flow goes on in ``pending.task``, waiting up
+        to ``timeout`` for the person.
+
+        Raises:
+            RoutingRefusal: ``NOT_FOUND`` (no such HTTP server with sign-in switched on).
+        """
+        sign_in = getattr(self, "sign_in", None)
+        server = self._servers.get(name)
+        if sign_in is None or server is None or server.connection.http_auth is None:
+            raise RoutingRefusal(Code.NOT_FOUND, f"no HTTP MCP server named {name!r} signs in with OAuth here "
+                                                 "(only servers with a url and no Authorization header in mcp.json)")
+        pending = sign_in.begin(name)
+
+        async def flow() -> None:
+            conn = server.connection
+            await conn.close(force=True)
+            saved = conn.connect_timeout
+            conn.connect_timeout = timeout  # the person's time, not the handshake's
+            try:
+                ok = await self._connect(server, relist=True)
+            finally:
+                conn.connect_timeout = saved
+            if ok:
+                sign_in.finish(pending, "signed_in", f"signed in to {name}: {len(server.tools)} tools")
+            else:
+                sign_in.finish(pending, "failed", server.error or "sign-in failed")
+
+        pending.task = asyncio.ensure_future(flow())
+        await asyncio.wait({pending.url, pending.task}, timeout=url_wait, return_when=asyncio.FIRST_COMPLETED)
+        return pending
 
     def set_elicitation_handler(self, handler: Any) -> None:
         """Who asks the user when a server sends ``elicitation/create`` during a call (the broker's

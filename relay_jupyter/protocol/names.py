@@ -18,6 +18,10 @@ class Method:
     # elicitation (an MCP server asks the user, during a tool call)
     ELICITATION_ANSWER = "elicitation.answer"  # {request_id, action: accept|decline|cancel, content?}
     ELICITATION_PENDING = "elicitation.pending"  # {} -> {requests: [...]} pending elicitations of the caller
+    # MCP OAuth sign-in (an HTTP MCP server that answers 401 with OAuth metadata)
+    MCP_SIGN_IN = "mcp.sign_in"          # {server} -> {sign_in_id, server, state, authorization_url?, message}
+    MCP_SIGN_IN_WAIT = "mcp.sign_in_wait"  # {sign_in_id, timeout?} -> {sign_in_id, server, state, message}
+    MCP_SIGN_OUT = "mcp.sign_out"        # {server} -> {server, signed_out}
     # tools
     TOOLS_LIST = "tools.list"            # {conversation?} -> {tools: [{name, class, server, description}]}
     TOOLS_CALL = "tools.call"            # {conversation, tool, arguments} -> {content, is_error}

@@ -29,6 +29,7 @@ from ..broker.openai_proxy import OpenAIProxy
 from .anthropic_handlers import anthropic_handlers
 from .openai_handlers import openai_handlers
 from .mcp_gateway import mcp_gateway_handlers
+from .mcp_oauth_handler import mcp_oauth_handlers
 from .handlers import relay_handlers
 from .kernel_auth import KernelCredentials, install_kernel_env_hook, install_kernel_lifecycle_hook
 
@@ -221,6 +222,11 @@ class RelayApp(ExtensionApp):
         """Connect MCP servers in the background: a slow server must not delay Jupyter's start."""
         if getattr(self, "broker", None) is None:  # a thin client of the hub service: nothing to start
             return
+        from ..broker.mcp_signin import enable_mcp_sign_in
+        from ..mcp.signin import REDIRECT_PATH
+
+        # OAuth sign-in for HTTP MCP servers: the redirect lands on this server (docs/mcp.md)
+        enable_mcp_sign_in(self.broker, url_path_join(serverapp.connection_url, REDIRECT_PATH))
         self._mcp_start = asyncio.ensure_future(start_components(self.broker))
 
     def initialize_handlers(self) -> None:
@@ -229,6 +235,7 @@ class RelayApp(ExtensionApp):
             return
         self.handlers.extend(relay_handlers() + anthropic_handlers() + openai_handlers())
         self.handlers.extend(mcp_gateway_handlers())  # relay/mcp: the gated MCP gateway (docs/mcp.md)
+        self.handlers.extend(mcp_oauth_handlers())  # relay/mcp-oauth/callback: MCP OAuth sign-in lands here
 
     async def stop_extension(self) -> None:
         """Deny pending permission requests and close storage."""

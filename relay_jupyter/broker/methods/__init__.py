@@ -20,6 +20,7 @@ from . import (
     elicitation,
     grants,
     kernel,
+    mcp,
     permissions,
     runs,
     telemetry,
@@ -32,4 +33,4 @@ __all__ = ["MODULES"]
 
 #: The namespace modules, each with ``ACCESS`` and ``rpc``.
 MODULES: tuple[ModuleType, ...] = (grants, budget, audit, runs, conversations, permissions, kernel, trust, checkpoints,
-                                   workspace, elicitation, tools, telemetry)
+                                   workspace, elicitation, tools, telemetry, mcp)

@@ -1,0 +1,155 @@
+"""An OAuth-protected Streamable HTTP MCP server on 127.0.0.1, for the sign-in tests (no network).
+
+The MCP SDK's own server auth (``mcp.server.auth``: protected-resource and authorization-server metadata,
+dynamic client registration, authorize, token, PKCE checked by the SDK) over a small in-memory provider
+written here. Its authorization page approves at once, as a person clicking "Allow" would: it redirects
+to the client's ``redirect_uri`` with the code and the state. Counts what happened so a test can assert
+on it (``registered``, ``authorized``, ``tokens_issued``, ``calls``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from typing import Any
+
+import anyio
+from mcp.server.auth.provider import AccessToken, AuthorizationCode, AuthorizationParams, RefreshToken, construct_redirect_uri
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.types import ToolAnnotations
+
+from relay_jupyter.testing.mcp_server import _bind_loopback, _uvicorn_server
+
+
+class MemoryProvider:
+    """``OAuthAuthorizationServerProvider`` in memory; approves every authorization request at once."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.access: dict[str, AccessToken] = {}
+        self.refresh: dict[str, RefreshToken] = {}
+        self.registered = 0
+        self.authorized = 0
+        self.tokens_issued = 0
+        self.deny_next = False
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        self.registered += 1
+        self.clients[client_info.client_id] = client_info
+
+    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        self.authorized += 1
+        if self.deny_next:
+            self.deny_next = False
+            return construct_redirect_uri(str(params.redirect_uri), error="access_denied", state=params.state)
+        code = "code-" + secrets.token_urlsafe(16)
+        self.codes[code] = AuthorizationCode(
+            code=code, scopes=params.scopes or ["mcp"], expires_at=time.time() + 300, client_id=client.client_id,
+            code_challenge=params.code_challenge, redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly, resource=params.resource)
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(self, client: OAuthClientInformationFull, authorization_code: str):
+        found = self.codes.get(authorization_code)
+        return found if found is not None and found.client_id == client.client_id else None
+
+    async def exchange_authorization_code(self, client: OAuthClientInformationFull,
+                                         authorization_code: AuthorizationCode) -> OAuthToken:
+        self.codes.pop(authorization_code.code, None)
+        return self._issue(client.client_id, authorization_code.scopes, authorization_code.resource)
+
+    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str):
+        found = self.refresh.get(refresh_token)
+        return found if found is not None and found.client_id == client.client_id else None
+
+    async def exchange_refresh_token(self, client: OAuthClientInformationFull, refresh_token: RefreshToken,
+                                     scopes: list[str]) -> OAuthToken:
+        self.refresh.pop(refresh_token.token, None)
+        return self._issue(client.client_id, scopes or refresh_token.scopes, refresh_token.resource)
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        found = self.access.get(token)
+        if found is None or (found.expires_at is not None and found.expires_at < time.time()):
+            return None
+        return found
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return await self.load_access_token(token)
+
+    async def revoke_token(self, token: Any) -> None:
+        self.access.pop(getattr(token, "token", ""), None)
+
+    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        self.tokens_issued += 1
+        access, refresh = "at-" + secrets.token_urlsafe(24), "rt-" + secrets.token_urlsafe(24)
+        self.access[access] = AccessToken(token=access, client_id=client_id, scopes=scopes,
+                                          expires_at=int(time.time()) + 3600, resource=resource)
+        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        return OAuthToken(access_token=access, token_type="Bearer", expires_in=3600, refresh_token=refresh,
+                          scope=" ".join(scopes))
+
+
+class OAuthMcpServer:
+    """``with OAuthMcpServer() as srv: srv.url`` — an MCP server that answers 401 until signed in."""
+
+    def __init__(self) -> None:
+        self.provider = MemoryProvider()
+        self.calls: list[str] = []
+        self._thread: threading.Thread | None = None
+        self._uvicorn: Any = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def _server(self) -> MCPServer:
+        base = f"http://127.0.0.1:{self.port}"
+        server = MCPServer(
+            "oauth-test", auth_server_provider=self.provider,
+            auth=AuthSettings(issuer_url=base, resource_server_url=f"{base}/mcp", validate_token_resource=False,
+                              client_registration_options=ClientRegistrationOptions(
+                                  enabled=True, valid_scopes=["mcp"], default_scopes=["mcp"]),
+                              required_scopes=["mcp"]))
+
+        @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+        def whoami() -> str:
+            self.calls.append("whoami")
+            return "signed in"
+
+        return server
+
+    def __enter__(self) -> OAuthMcpServer:
+        sock = _bind_loopback(0)
+        self.port = sock.getsockname()[1]
+        self._uvicorn = _uvicorn_server(self._server(), "warning")
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                anyio.run(lambda: self._uvicorn.serve(sockets=[sock]))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failure.append(exc)
+            finally:
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name="OAuthMcpServer", daemon=True)
+        self._thread.start()
+        self._uvicorn.ready.wait(timeout=20)
+        if not self._uvicorn.started:
+            self.__exit__()
+            raise RuntimeError(f"OAuth test MCP server did not start: {failure[0] if failure else 'timeout'}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._uvicorn.should_exit = True
+            self._thread.join(timeout=10)
+            self._thread = None
