@@ -180,9 +180,19 @@ c.JupyterHub.services = [
                        "JUPYTER_RUNTIME_DIR": {str(home / '.jupyter-runtime')!r}, "PYTHONUNBUFFERED": "1"}}}},
     {{"name": "relay-test-admin", "api_token": {self.admin_token!r}}},
 ]
+# users' servers: LocalProcessSpawner as the users' own OS accounts, the hub venv, relay's extension (a thin
+# client: it finds the service through RELAY_HUB_SERVICE_URL) and a server token that may reach the service
+c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [{str(HUB_VENV / "bin" / "jupyterhub-singleuser")!r}]
+c.Spawner.args = ["--ServerApp.jpserver_extensions={{'relay_jupyter': True}}"]
+c.Spawner.environment = {{"PYTHONPATH": {str(self.shared / 'src')!r},
+                         "RELAY_HUB_SERVICE_URL": "{self.url}/services/{SERVICE}/"}}
+c.Spawner.server_token_scopes = ["access:servers!server", "users:activity!user", "access:services!service={SERVICE}"]
+c.Spawner.start_timeout = 180
+c.Spawner.http_timeout = 180
 c.JupyterHub.load_roles = [
     {{"name": "relay-test-admin", "services": ["relay-test-admin"],
-      "scopes": ["admin:users", "admin:groups", "tokens", "read:users"]}},
+      "scopes": ["admin:users", "admin:groups", "tokens", "read:users", "admin:servers", "access:servers"]}},
     {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
 ]
 c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}}}}

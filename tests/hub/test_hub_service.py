@@ -214,3 +214,103 @@ def _execute(kc, code: str, timeout: float = 60) -> str:
         elif kind == "status" and content["execution_state"] == "idle":
             return "".join(chunks)
 
+
+
+def _ws_execute(url: str, token: str, cells: list[str], timeout: float = 120) -> list[str]:
+    """Run ``cells`` in a kernel through the Jupyter server's websocket (what JupyterLab does); each cell's text."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    async def go() -> list[str]:
+        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}, connect_timeout=60))
+        session = uuid.uuid4().hex
+        outputs = []
+        try:
+            for code in cells:
+                msg_id = uuid.uuid4().hex
+                await ws.write_message(json.dumps({
+                    "header": {"msg_id": msg_id, "username": "test", "session": session, "msg_type": "execute_request",
+                               "version": "5.3", "date": ""},
+                    "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                    "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                                "allow_stdin": False, "stop_on_error": True}}))
+                chunks: list[str] = []
+                while True:
+                    raw = await asyncio.wait_for(ws.read_message(), timeout)
+                    assert raw is not None, "the kernel's websocket closed"
+                    msg = json.loads(raw)
+                    if msg.get("channel") != "iopub" or msg["parent_header"].get("msg_id") != msg_id:
+                        continue
+                    kind, content = msg["msg_type"], msg["content"]
+                    if kind == "stream":
+                        chunks.append(content["text"])
+                    elif kind in ("display_data", "update_display_data", "execute_result"):
+                        data = content.get("data", {})
+                        chunks.append(str(data.get("text/markdown") or data.get("text/html") or data.get("text/plain") or ""))
+                    elif kind == "error":
+                        raise AssertionError("\n".join(content["traceback"])[-3000:])
+                    elif kind == "status" and content["execution_state"] == "idle":
+                        break
+                outputs.append("".join(chunks))
+        finally:
+            ws.close()
+        return outputs
+
+    return asyncio.run(go())
+
+
+def test_a_spawned_users_kernel_reaches_the_service_and_cannot_read_it(hub, tokens, fake) -> None:
+    """A real spawn (LocalProcessSpawner as relayt-alice): her server is a thin client found through the
+    spawner's environment, her kernel runs as her OS user with her server's token, its %%agent is answered
+    by the service, and the same kernel's code is denied the service's files and environment."""
+    import pwd
+    import time
+    import urllib.request
+
+    status, reply = hub.hub_api("POST", f"users/{ALICE}/server")
+    assert status in (201, 202), (status, reply)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            status, model = hub.hub_api("GET", f"users/{ALICE}")
+            server = (model or {}).get("servers", {}).get("", {}) if status == 200 else {}
+            if server.get("ready"):
+                break
+            assert time.monotonic() < deadline, hub.log_text()[-3000:]
+            time.sleep(0.5)  # the hub spawning another process
+        token = hub.token(ALICE, [ACCESS, f"access:servers!user={ALICE}"])
+        req = urllib.request.Request(
+            f"{hub.url}/user/{ALICE}/api/sessions", method="POST",
+            data=json.dumps({"path": "spawned.ipynb", "type": "notebook", "name": "spawned.ipynb",
+                             "kernel": {"name": "python3"}}).encode(),
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            kernel_id = json.loads(resp.read())["kernel"]["id"]
+        store = next(p for p in hub.service_data.rglob("relay.db"))
+        targets = {"settings": str(hub.service_config), "store": str(store),
+                   **{f"environ of {pid}": f"/proc/{pid}/environ" for pid in hub.service_pids()}}
+        probe = ("import json, os\nout = {}\n"
+                 f"for name, path in {targets!r}.items():\n"
+                 "    try:\n        open(path, 'rb').read(1); out[name] = 'read'\n"
+                 "    except PermissionError:\n        out[name] = 'denied'\n"
+                 "print(json.dumps({'seen': out, 'uid': os.getuid(), 'url': os.environ.get('RELAY_URL'),"
+                 " 'credential': 'RELAY_KERNEL_CREDENTIAL' in os.environ, 'token': bool(os.environ.get('RELAY_TOKEN'))}))")
+        fake.enqueue(Reply(text("an answer for a spawned kernel"), usage=Usage(input_tokens=5, output_tokens=5)))
+        ws_url = f"ws://127.0.0.1:{hub.port}/user/{ALICE}/api/kernels/{kernel_id}/channels"
+        seen, connected, answer = _ws_execute(ws_url, token, [
+            probe,
+            "%load_ext relay_jupyter\ng = relay.connect(['*'])\nprint('ORIGIN', g['origin'])",
+            "%%agent\nsay something",
+        ])
+        facts = json.loads(seen.strip().splitlines()[-1])
+        assert facts["uid"] == pwd.getpwnam(ALICE).pw_uid  # the kernel is alice's OS user
+        assert facts["seen"] == {name: "denied" for name in targets}, facts
+        assert facts["url"] == f"{hub.url}/services/{SERVICE}/relay/" and facts["token"] and not facts["credential"]
+        origin = next(line.split(" ", 1)[1] for line in connected.splitlines() if line.startswith("ORIGIN "))
+        assert origin.startswith(f"user:{ALICE}/notebook:") and origin.endswith("spawned.ipynb"), connected
+        assert "an answer for a spawned kernel" in answer, answer
+    finally:
+        hub.hub_api("DELETE", f"users/{ALICE}/server")
