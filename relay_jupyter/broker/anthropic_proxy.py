@@ -109,6 +109,7 @@ class AnthropicProxy(GatedProxy):
     the server's environment)."""
 
     returned_headers = ("content-type", "request-id", "anthropic-organization-id", "retry-after")
+    wire = "anthropic"
 
     # -- configuration -------------------------------------------------------------------------
     def _resolve_upstream(self) -> tuple[str, Any]:
@@ -157,7 +158,8 @@ class AnthropicProxy(GatedProxy):
         message = self._parse(body)
         model = message["model"]
         self._check_model(origin, model)
-        url, key = self._resolve_upstream()
+        profile = self._profile(origin, client_headers)
+        url, key = self._upstream_for(profile)
         params = {k: v for k, v in query.items() if k == "beta"}
         headers = self._headers(key, client_headers)
         if count_tokens:
@@ -187,7 +189,7 @@ class AnthropicProxy(GatedProxy):
         # the session and lineage (pure hashing; stored by _forward only once the answer completed)
         sessions = getattr(self.broker, "sessions", None)
         observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
-        reservation = self._reserve(origin, model, estimate)
+        reservation = self._reserve(origin, model, estimate, profile)
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
                                    _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
                                                    tool_filter=_tool_filter(self._tool_policy(origin, model))),
@@ -197,6 +199,6 @@ class AnthropicProxy(GatedProxy):
                      ) -> ProxyResponse:
         """``GET /v1/models``, filtered to the models this origin's grant and the broker allow."""
         grant = self._grant(origin)
-        url, key = self._resolve_upstream()
+        url, key = self._upstream_for(self._profile(origin, client_headers))
         params = {k: v for k, v in query.items() if k in ("limit", "after_id", "before_id", "beta")}
         return await self._get_models(f"{url}/v1/models", params, self._headers(key, client_headers), key, grant)

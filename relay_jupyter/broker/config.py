@@ -111,6 +111,10 @@ class BrokerConfig(BaseModel):
     teams: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Team budgets: ``{name: {members: [user, ...], tokens_per_day, cost_per_day_usd, tokens_per_month,
     cost_per_month_usd}}`` (core/teams.py). Members' notebooks draw from them together."""
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Named upstreams for the model endpoints: ``{name: {anthropic_base_url?, openai_base_url?,
+    anthropic_key?, openai_key?, description?}}``; keys from the secrets file only (broker/profiles.py,
+    docs/proxy.md). A grant lists the profiles its origin may use."""
     user: str | None = None
     """The user this broker's notebooks belong to (team membership); None: ``$JUPYTERHUB_USER``, else the
     login name. Origins ``user:<name>/...`` name their own user."""
@@ -183,6 +187,10 @@ class BrokerConfig(BaseModel):
             url = getattr(self, setting)
             if url is not None:
                 check_model_endpoint(url, f"c.RelayApp.{setting}", allow_insecure=allowed)
+        if self.profiles:
+            from .profiles import parse_profiles
+
+            parse_profiles(self.profiles, allowed)  # every profile URL under the same policy
         return self
 
     def secret_values(self) -> list[str]:

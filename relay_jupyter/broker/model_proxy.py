@@ -273,10 +273,75 @@ class GatedProxy:
         self._client_factory = client_factory
         self._client: Any = None
         self._upstream: tuple[str, Any] | None = None
+        self._profile_upstreams: dict[str, tuple[str, Any]] = {}
+        self._parsed_profiles: dict[str, Any] | None = None
 
     # -- hooks -----------------------------------------------------------------------------------
     def _resolve_upstream(self) -> tuple[str, Any]:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    #: ``anthropic`` | ``openai``: which URL and key of a profile this wire uses
+    wire = ""
+
+    def _base_url(self, url: str) -> str:
+        """A configured base URL as the wire module joins paths to it."""
+        return url.rstrip("/")
+
+    # -- profiles (broker/profiles.py) ---------------------------------------------------------------
+    def _profiles(self) -> dict[str, Any]:
+        if self._parsed_profiles is None:
+            from ..mcp.policy import parse_insecure_endpoints
+            from .profiles import parse_profiles
+
+            config = self.broker.config
+            self._parsed_profiles = parse_profiles(getattr(config, "profiles", {}) or {},
+                                                   parse_insecure_endpoints(config.allow_insecure_endpoints))
+        return self._parsed_profiles
+
+    def _profile(self, origin: str, client_headers: Mapping[str, str]) -> str | None:
+        """The profile the request picks (``X-Relay-Profile``), once the origin's grant allows it; None: the
+        broker's own upstream. A refusal is audited (tool ``profile:<name>``)."""
+        from .profiles import PROFILE_HEADER
+
+        name = client_headers.get(PROFILE_HEADER, "").strip()
+        if not name:
+            return None
+        profiles = self._profiles()
+        if name not in profiles:
+            raise ProxyError(404, "not_found_error", f"no profile named {name[:40]!r} is configured on this broker "
+                             "(c.RelayApp.profiles)", code=Code.NOT_FOUND.value, retry=False)
+        grant = self.broker.gate.grants.get(origin)
+        allowed = getattr(grant, "profiles", frozenset())
+        if grant is None or ("*" not in allowed and name not in allowed):
+            from ..core.types import AuditRecord
+
+            code = Code.UNAUTHORIZED if grant is None else Code.SCOPE_EXCEEDED
+            self.broker.audit.append(AuditRecord(ts=time.time(), origin=origin, tool=f"profile:{name}",
+                                                 decision="deny", code=code.value,
+                                                 arguments={"purpose": "proxy", "wire": self.wire}))
+            raise refusal(GateRefusal(code, f"{origin} has no grant: connect this notebook to relay first"
+                                      if grant is None else f"the profile {name!r} is not in this notebook's grant"))
+        if profiles[name].url(self.wire) is None:
+            raise ProxyError(400, "invalid_request_error", f"the profile {name!r} has no {self.wire}_base_url")
+        return name
+
+    def _upstream_for(self, profile: str | None) -> tuple[str, Any]:
+        """(base URL, key or None) of the broker's own upstream, or of ``profile`` (its key from the secrets
+        file only: never the configuration, never the server's environment)."""
+        if profile is None:
+            return self._resolve_upstream()
+        cached = self._profile_upstreams.get(profile)
+        if cached is None:
+            from ..backends.keys import KeySource
+
+            spec = self._profiles()[profile]
+            entry = spec.key_entry(profile, self.wire)
+            key = KeySource({}, self.broker.config.secrets_file, env={}).get(entry)
+            if key is None and self.wire == "anthropic":
+                raise ProxyError(503, "api_error", f"the profile {profile!r} has no key: put it in the relay secrets "
+                                 f"file (mode 0600) as {entry!r}", code=Code.NO_CREDENTIALS.value, retry=False)
+            cached = self._profile_upstreams[profile] = (self._base_url(spec.url(self.wire)), key)
+        return cached
 
     def _headers(self, key: Any, client_headers: Mapping[str, str]) -> dict[str, str]:  # pragma: no cover
         raise NotImplementedError
@@ -362,9 +427,10 @@ class GatedProxy:
 
         return ToolPolicy(frozenset(allowed), refused)
 
-    def _reserve(self, origin: str, model: str, estimate: RequestEstimate) -> Reservation:
+    def _reserve(self, origin: str, model: str, estimate: RequestEstimate, profile: str | None = None) -> Reservation:
+        purpose = "proxy" if profile is None else f"proxy:{profile}"  # the audit names the profile used
         try:
-            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose="proxy")
+            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose=purpose)
         except GateRefusal as exc:
             raise refusal(exc) from None
 

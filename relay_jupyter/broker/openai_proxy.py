@@ -100,6 +100,7 @@ class _OpenAIMeter(Meter):
     """Usage from the ``usage`` object; complete on ``finish_reason`` or ``[DONE]``, failed on an error object."""
 
     failed: bool = False
+    counter: Any = None  # the upstream's ServerTokenizer, set by the proxy
 
     def _event(self, data: bytes) -> None:
         if data.strip() == b"[DONE]":
@@ -161,17 +162,17 @@ class OpenAIProxy(GatedProxy):
     from the broker's configuration on first use."""
 
     returned_headers = ("content-type", "retry-after", "x-request-id")
+    wire = "openai"
     upstream_name = "the OpenAI-compatible server"
 
     def __init__(self, broker: Any, **kwargs: Any) -> None:
         super().__init__(broker, **kwargs)
-        self._tokenizer: Any = None
+        self._tokenizers: dict[str, Any] = {}
 
     # -- configuration -------------------------------------------------------------------------
     def _resolve_upstream(self) -> tuple[str, Any]:
         if self._upstream is None:
             from ..backends.keys import KeySource
-            from ..backends.openai import chat_url
             from ..mcp.policy import check_model_endpoint, parse_insecure_endpoints
 
             config = self.broker.config
@@ -183,8 +184,7 @@ class OpenAIProxy(GatedProxy):
             insecure = parse_insecure_endpoints(getattr(config, "allow_insecure_endpoints", ()))
             url = check_model_endpoint(config.openai_base_url, "c.RelayApp.openai_base_url",
                                        allow_insecure=insecure)
-            base = chat_url(url)[: -len("/chat/completions")]
-            self._upstream = (base, keys.get("openai"))
+            self._upstream = (self._base_url(url), keys.get("openai"))
         return self._upstream
 
     def _served(self, model: str) -> bool:
@@ -202,14 +202,21 @@ class OpenAIProxy(GatedProxy):
             out["accept"] = accept
         return out
 
-    def _counter(self) -> Any:
-        """The server's tokenizer (:class:`~relay_jupyter.backends.openai.ServerTokenizer`), made on first use."""
-        if self._tokenizer is None:
+    def _base_url(self, url: str) -> str:
+        from ..backends.openai import chat_url
+
+        return chat_url(url)[: -len("/chat/completions")]  # ".../v1", given with or without it
+
+    def _counter(self, upstream: tuple[str, Any] | None = None) -> Any:
+        """The tokenizer of ``upstream`` (default: the broker's own;
+        :class:`~relay_jupyter.backends.openai.ServerTokenizer`), made on first use."""
+        url, key = upstream if upstream is not None else self._resolve_upstream()
+        counter = self._tokenizers.get(url)
+        if counter is None:
             from ..backends.openai import ServerTokenizer
 
-            url, key = self._resolve_upstream()
-            self._tokenizer = ServerTokenizer(url, self._http(), self._headers(key, {}))
-        return self._tokenizer
+            counter = self._tokenizers[url] = ServerTokenizer(url, self._http(), self._headers(key, {}))
+        return counter
 
     # -- estimates ---------------------------------------------------------------------------------
     @staticmethod
@@ -218,13 +225,13 @@ class OpenAIProxy(GatedProxy):
         return estimate_request("", _pseudo(message), [t if isinstance(t, Mapping) else {"tool": t}
                                                        for t in _tools(message)], max_output)
 
-    async def counted_input(self, message: Mapping[str, Any]) -> int | None:
+    async def counted_input(self, message: Mapping[str, Any], counter: Any = None) -> int | None:
         """The request's input counted with the server's own tokenizer, plus framing (the role markers and
         tool prompt the conservative estimate also adds), or None when the server cannot count."""
         messages, tools = message["messages"], _tools(message)
         extra = _extra(message)
         pieces = [json_text(m) for m in messages] + [json_text(t) for t in tools] + ([json_text(extra)] if extra else [])
-        counted = await self._counter().count("\n".join(pieces))
+        counted = await (counter or self._counter()).count("\n".join(pieces))
         if counted is None:
             return None
         # each piece as JSON holds its text, so the count bounds the text's; one token per join
@@ -237,13 +244,13 @@ class OpenAIProxy(GatedProxy):
         """A complete answer without usage (llama.cpp streaming): when the server counts tokens, the output
         is its count of what streamed, and the input bound the estimate charges is lowered to its count of
         the request (never raised). Asked only after the gate allowed the request and the answer ended."""
-        counter = self._counter()
+        counter = getattr(meter, "counter", None) or self._counter()
         text = meter.kept_text
         if counter.available is not False and text is not None and isinstance(meter.request, Mapping):
             output = await counter.count(text)
             if output is not None:
                 estimate = getattr(reservation, "estimate", None)
-                counted = await self.counted_input(meter.request)
+                counted = await self.counted_input(meter.request, counter)
                 if estimate is not None and counted is not None and counted < estimate.input_tokens:
                     reservation.estimate = RequestEstimate(input_tokens=counted, max_output=estimate.max_output)
                 return output
@@ -259,7 +266,8 @@ class OpenAIProxy(GatedProxy):
         message = self._parse(body)
         model = message["model"]
         self._check_model(origin, model)
-        url, key = self._resolve_upstream()
+        profile = self._profile(origin, client_headers)
+        url, key = self._upstream_for(profile)
         messages = message.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise invalid("messages: a non-empty list of message objects is required")
@@ -273,19 +281,21 @@ class OpenAIProxy(GatedProxy):
             body = json.dumps(message).encode()
             bounds = [DEFAULT_MAX_OUTPUT]
         max_output = max(bounds) * choices
-        reservation = self._reserve(origin, model, self.estimate(message, max_output))
+        reservation = self._reserve(origin, model, self.estimate(message, max_output), profile)
         policy = self._tool_policy(origin, model)
         if policy is not None:
             from .proxy_tools import OpenAIToolFilter
 
             policy = OpenAIToolFilter(policy)
-        meter = _OpenAIMeter(ceiling_chars=ceiling_for(max_output), keep_text=self._counter().available is not False,
+        counter = self._counter((url, key))
+        meter = _OpenAIMeter(ceiling_chars=ceiling_for(max_output), keep_text=counter.available is not False,
                              request=message, tool_filter=policy)
+        meter.counter = counter
         return await self._forward(f"{url}/chat/completions", body, {}, self._headers(key, client_headers), key,
                                    reservation, model, meter)
 
     async def models(self, origin: str, client_headers: Mapping[str, str]) -> ProxyResponse:
         """``GET /v1/models``, filtered to the models this origin's grant and the broker allow."""
         grant = self._grant(origin)
-        url, key = self._resolve_upstream()
+        url, key = self._upstream_for(self._profile(origin, client_headers))
         return await self._get_models(f"{url}/models", {}, self._headers(key, client_headers), key, grant)

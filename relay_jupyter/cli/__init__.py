@@ -15,7 +15,7 @@ import sys
 from .app import OneLineParser, run
 
 # Modules that contribute subcommands, in help order. Each has register(subparsers).
-_GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams", "hub", "budget", "audit")
+_GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams", "hub", "budget", "audit", "profiles")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,6 +62,8 @@ def register(subparsers: Any) -> None:
     a.add_argument("--proxy-tools", default=None, help="comma-separated tool names a model answer relayed "
                    "through relay/anthropic or relay/openai may carry (others are refused; docs/proxy.md); "
                    "omitted = not restricted")
+    a.add_argument("--profiles", default="", help="comma-separated profile names (c.RelayApp.profiles) the model "
+                   "endpoints may use for this origin ('*' = every profile)")
     a.add_argument("--budget", default="",
                    help="comma-separated key=value: tokens (per day), cost (USD per day), rpm, steps (per run), "
                         "run_tokens (per run); 'none' = no limit; unset keys keep their defaults")
@@ -167,6 +169,7 @@ def _describe(g: Grant) -> str:
     limits = ", ".join(f"{k}={getattr(b, f)}" for k, f in BUDGET_KEYS.items())
     expires = "never" if g.expires_at is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(g.expires_at))
     proxy = "" if g.proxy_tools is None else f"\n  answers may call: {', '.join(sorted(g.proxy_tools)) or '-'}"
+    proxy += f"\n  profiles: {', '.join(sorted(g.profiles))}" if g.profiles else ""
     return (f"{g.origin}\n  tools:   {', '.join(sorted(g.tools)) or '-'}\n  models:  {', '.join(sorted(g.models)) or '-'}"
             f"{proxy}\n  budget:  {limits}\n  expires: {expires}\n  consent: {g.consent_id}")
 
@@ -182,7 +185,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
     expires = None if args.expires is None else now + parse_duration(args.expires)
     proxy_tools = None if args.proxy_tools is None else parse_list(args.proxy_tools, "proxy-tools")
     grant = Grant(origin=origin, tools=tools, models=models, budget=budget, expires_at=expires, created_at=now,
-                  consent_id=f"terminal:{int(now * 1000)}-{secrets.token_hex(4)}", proxy_tools=proxy_tools)
+                  consent_id=f"terminal:{int(now * 1000)}-{secrets.token_hex(4)}", proxy_tools=proxy_tools,
+                  profiles=parse_list(args.profiles, "profiles"))
     root = _root(args)
     store = open_configured_store(root)  # c.RelayApp.store_url: the PostgreSQL store the broker reads
     try:

@@ -43,6 +43,8 @@ def widens(new: Grant, old: Grant) -> list[str]:
         why.append("models")
     if old.proxy_tools is not None and (new.proxy_tools is None or _set_widens(new.proxy_tools, old.proxy_tools)):
         why.append("proxy_tools")
+    if _set_widens(new.profiles, old.profiles):
+        why.append("profiles")
     if not new.budget.narrows(old.budget):
         why.append("budget")
     if old.expires_at is not None and (new.expires_at is None or new.expires_at > old.expires_at):

@@ -199,6 +199,9 @@ class Grant(_Frozen):
     """The ``tool_use`` / ``tool_calls`` names an answer relayed to this origin by the model endpoints
     (``relay/anthropic``, ``relay/openai``) may carry; a block for another tool is replaced by a text saying
     relay refused it (docs/proxy.md). None: not restricted (the default); ``"*"``: every tool."""
+    profiles: frozenset[str] = frozenset()
+    """Named upstreams (``c.RelayApp.profiles``) this origin's model-endpoint requests may pick with
+    ``X-Relay-Profile``; ``"*"``: every profile. The broker's own upstream needs no listing."""
     budget: Budget = Field(default_factory=Budget)
     expires_at: float | None = None
     created_at: float = Field(default_factory=time.time)

@@ -38,8 +38,10 @@ def endpoint_target(endpoint: Any) -> tuple[str, str, dict[str, str], str | None
     return base + "anthropic", key, headers, None
 
 
-def anthropic_client(endpoint: Any, *, asynchronous: bool = False, **kwargs: Any) -> Any:
-    """An ``anthropic.Anthropic`` (or ``AsyncAnthropic``) client wired to relay.
+def anthropic_client(endpoint: Any, *, asynchronous: bool = False, profile: str | None = None, **kwargs: Any) -> Any:
+    """An ``anthropic.Anthropic`` (or ``AsyncAnthropic``) client wired to relay; ``profile``: one of the
+    broker's named upstreams (``c.RelayApp.profiles``) that the notebook's grant lists, sent as
+    ``X-Relay-Profile`` on every request.
 
     Raises:
         AgentError: the ``anthropic`` package is not installed in this kernel's environment.
@@ -50,6 +52,10 @@ def anthropic_client(endpoint: Any, *, asynchronous: bool = False, **kwargs: Any
         raise AgentError("relay.anthropic() needs the anthropic package in this kernel: pip install anthropic") from None
     base_url, key, headers, socket_path = endpoint_target(endpoint)
     headers = {**headers, **kwargs.pop("default_headers", {})}
+    if profile is not None:
+        if not isinstance(profile, str) or not profile.strip():
+            raise AgentError("relay.anthropic(profile=...) takes a profile name (jupyter relay profiles list)")
+        headers["X-Relay-Profile"] = profile.strip()
     if socket_path is not None and "http_client" not in kwargs:
         import httpx2  # the SDK's own transport library
 

@@ -113,6 +113,7 @@ class GrantDict(TypedDict):
     tools: list[str]
     models: list[str]
     proxy_tools: list[str] | None
+    profiles: list[str]
     budget: _BudgetOut
     expires_at: float | None
     created_at: float
@@ -180,6 +181,7 @@ class GrantsCreateParams(TypedDict, total=False):
     tools: list[str]
     models: list[str]
     proxy_tools: list[str] | None
+    profiles: list[str]
     budget: BudgetDict | None
     expires_in: float | None
     origin: str | None

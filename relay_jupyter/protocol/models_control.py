@@ -84,6 +84,8 @@ class GrantsCreateParams(Strict):
     """Limits; omitted = the default budget."""
     proxy_tools: list[str] | None = Field(default=None, max_length=500)
     """Tool names a relayed model answer may carry (docs/proxy.md); omitted = not restricted."""
+    profiles: list[str] = Field(default_factory=list, max_length=100)
+    """Named upstreams (``c.RelayApp.profiles``) the model endpoints may use for this origin (docs/proxy.md)."""
     expires_in: float | None = Field(default=None, gt=0, le=366 * 86_400)
     """Seconds until the grant expires; omitted = no expiry."""
     origin: str | None = _ORIGIN

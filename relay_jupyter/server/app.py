@@ -107,6 +107,9 @@ class RelayApp(ExtensionApp):
     store_password_file = Unicode("", config=True, help="A 0600 file holding the database password of store_url.")
     teams = Dict(config=True, help="Team budgets: {name: {members: [user, ...], tokens_per_day, cost_per_day_usd, "
                                    "tokens_per_month, cost_per_month_usd}} (docs/multi-user.md).")
+    profiles = Dict(config=True, help="Named upstreams of the model endpoints: {name: {anthropic_base_url, "
+                                      "openai_base_url, anthropic_key, openai_key}}; keys from the secrets file "
+                                      "(<name>.anthropic / <name>.openai); docs/proxy.md.")
     user = Unicode("", config=True, help="The user whose teams this server's notebooks draw from "
                                           "(default: $JUPYTERHUB_USER, else the login name).")
     admin_policy = Dict(config=True, help="What the administrator allows at most: {models: [...], tools: [...], "

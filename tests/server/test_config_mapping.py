@@ -26,6 +26,7 @@ SAMPLES: dict[str, Any] = {
     "allow_insecure_endpoints": ["http://10.0.0.5:8000"],
     "store_url": "postgresql://relay@127.0.0.1:5432/relay",
     "teams": {"ds": {"members": ["alice"], "tokens_per_day": 1000}},
+    "profiles": {"local": {"openai_base_url": "http://127.0.0.1:8080/v1"}},
     "admin_policy": {"models": ["claude-haiku-4-5"], "modes": ["ask"], "max_budget": {"tokens_per_day": 1000}},
     "pricing": {"m-mapped": {"input": 1.0, "output": 2.0}},
     "read_roots": ["."],

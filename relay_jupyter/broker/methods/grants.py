@@ -53,6 +53,7 @@ async def grants_create(req: Request, params: GrantsCreateParams) -> GrantResult
         tools=frozenset(params.tools),
         models=frozenset(params.models),
         proxy_tools=None if params.proxy_tools is None else frozenset(params.proxy_tools),
+        profiles=frozenset(params.profiles),
         budget=params.budget or Budget(),
         expires_at=None if params.expires_in is None else now + params.expires_in,
         created_at=now,
@@ -61,7 +62,8 @@ async def grants_create(req: Request, params: GrantsCreateParams) -> GrantResult
     stored = req.broker.grants.issue(grant)
     req.audit("grant.create",
               {"tools": sorted(grant.tools), "models": sorted(grant.models), "consent_id": grant.consent_id,
-               **({} if grant.proxy_tools is None else {"proxy_tools": sorted(grant.proxy_tools)})})
+               **({} if grant.proxy_tools is None else {"proxy_tools": sorted(grant.proxy_tools)}),
+               **({"profiles": sorted(grant.profiles)} if grant.profiles else {})})
     req.broker.events.append(EventType.GRANT_CHANGED, {"origin": origin, "action": "created"}, origin=origin)
     return GrantResult(grant=stored)
 
