@@ -80,7 +80,7 @@ install-peer: install-test
 # against the fake Anthropic server, in a network namespace with only loopback: nothing can leave the machine
 # (root, or unprivileged user namespaces, needed; outside a namespace these tests skip).
 CLAUDE_CODE_TESTS = tests/runtime/test_claude_code_engine.py tests/runtime/test_claude_code_runs.py \
-	tests/runtime/test_claude_code_crash.py tests/runtime/test_claude_code_history.py \
+	tests/runtime/test_claude_code_crash.py tests/runtime/test_claude_code_history.py tests/runtime/test_claude_code_mcp.py \
 	tests/kernel/test_claude_code_kernel.py tests/kernel/test_claude_cli_endpoint.py
 test-claude-code: install-peer
 	unshare -n sh -c 'ip link set lo up && $(BIN)/pytest -q -p no:cacheprovider -m peer $(CLAUDE_CODE_TESTS)'

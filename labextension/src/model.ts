@@ -81,3 +81,31 @@ export function usageLine(usage: any): { text: string; cost: number } {
   const shownTokens = Number.isFinite(tokens) ? tokens.toLocaleString('en-US') : '0';
   return { text: `${shownTokens}${ofTokens} tokens, $${cost.toFixed(4)}${ofCost} today`, cost };
 }
+
+// the budget meters of a grant: tokens and estimated cost used today against the day limits (a limit the
+// grant does not have gets no meter); `fraction` is clamped to [0, 1], `over` says the limit is reached
+export interface IMeter {
+  label: string;
+  used: number;
+  limit: number;
+  fraction: number;
+  over: boolean;
+}
+
+export function budgetMeters(usage: any): IMeter[] {
+  const u = usage && typeof usage === 'object' ? usage : {};
+  const out: IMeter[] = [];
+  for (const [label, usedKey, limitKey] of [
+    ['tokens today', 'tokens', 'tokens_limit'],
+    ['cost today (USD)', 'cost_usd', 'cost_limit']
+  ]) {
+    const limit = Number(u[limitKey]);
+    if (u[limitKey] == null || !Number.isFinite(limit) || limit <= 0) {
+      continue;
+    }
+    const raw = Number(u[usedKey] ?? 0);
+    const used = Number.isFinite(raw) && raw > 0 ? raw : 0;
+    out.push({ label, used, limit, fraction: Math.min(1, used / limit), over: used >= limit });
+  }
+  return out;
+}

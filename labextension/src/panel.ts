@@ -3,10 +3,10 @@
 // (the audit tail, with the notebook and the time of each decision).
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
 import { Widget } from '@lumino/widgets';
-import { auditMatches, notebookOf, offeredChoices, timeOf, usageLine, visible } from './model';
+import { auditMatches, budgetMeters, notebookOf, offeredChoices, timeOf, usageLine, visible } from './model';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
 
-export { auditMatches, notebookOf, offeredChoices, offeredScopes, timeOf, usageLine, visible } from './model';
+export { auditMatches, budgetMeters, notebookOf, offeredChoices, offeredScopes, timeOf, usageLine, visible } from './model';
 
 interface IPending {
   request_id: string;
@@ -277,11 +277,23 @@ export class RelayPanel extends Widget {
     }
     for (const grant of grants) {
       let usage = '';
+      const meters = el('div', { class: 'jp-relay-meters' });
       try {
         // budget.get answers {origin, usage: {tokens, cost_usd, tokens_limit, cost_limit, ...}} (docs/protocol.md)
-        const line = usageLine((await this.client.call('budget.get', { origin: grant.origin }))?.usage);
+        const got = (await this.client.call('budget.get', { origin: grant.origin }))?.usage;
+        const line = usageLine(got);
         cost += line.cost;
         usage = line.text;
+        for (const meter of budgetMeters(got)) {
+          // a meter per day limit: <progress> with numbers only (no string of the broker's becomes markup)
+          const bar = el('progress', {
+            class: meter.over ? 'jp-relay-meter jp-relay-meter-over' : 'jp-relay-meter',
+            max: String(meter.limit),
+            value: String(Math.min(meter.used, meter.limit)),
+            title: `${meter.label}: ${meter.used.toLocaleString('en-US')} of ${meter.limit.toLocaleString('en-US')}`
+          });
+          meters.append(el('div', { class: 'jp-relay-meter-row' }, el('span', {}, meter.label), bar));
+        }
       } catch {
         usage = '';
       }
@@ -299,6 +311,7 @@ export class RelayPanel extends Widget {
             String(grant.origin ?? '')),
           el('div', {}, `tools: ${tools}`),
           el('div', {}, usage),
+          meters,
           revoke
         )
       );

@@ -68,3 +68,15 @@ test('the budget line is words and numbers from usage, never raw JSON', () => {
   assert.equal(usageLine({ tokens: 'x', cost_usd: 'y' }).text, '0 tokens, $0.0000 today');
   assert.ok(!usageLine({ tokens: 5, cost_usd: 1 }).text.includes('{'));
 });
+
+test('budget meters: one per day limit, clamped, over when the limit is reached', async () => {
+  const { budgetMeters } = await import('../lib/model.js');
+  assert.deepEqual(budgetMeters({ tokens: 50, tokens_limit: 200, cost_usd: 6, cost_limit: 5 }), [
+    { label: 'tokens today', used: 50, limit: 200, fraction: 0.25, over: false },
+    { label: 'cost today (USD)', used: 6, limit: 5, fraction: 1, over: true }
+  ]);
+  assert.deepEqual(budgetMeters({ tokens: 50, tokens_limit: null, cost_usd: 1 }), []);
+  assert.deepEqual(budgetMeters({ tokens: -3, tokens_limit: 10 }).map(m => m.used), [0]);
+  assert.deepEqual(budgetMeters({ tokens: 'x', tokens_limit: 'y' }), []);
+  assert.deepEqual(budgetMeters(undefined), []);
+});

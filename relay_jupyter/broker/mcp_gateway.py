@@ -26,9 +26,12 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import secrets
+import time
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -44,8 +47,8 @@ from .tool_sources import tool_sources
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["GATEWAY_PROTOCOL_VERSIONS", "MAX_BODY_BYTES", "GatewayHandler", "GatewaySession", "McpGateway",
-           "mcp_gateway_of"]
+__all__ = ["GATEWAY_PROTOCOL_VERSIONS", "MAX_BODY_BYTES", "TOKENS_FILE", "GatewayHandler", "GatewaySession",
+           "McpGateway", "mcp_gateway_of", "mint_token", "read_tokens", "revoke_tokens", "tokens_file"]
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +144,25 @@ class McpGateway:
         session = self._sessions.get(digest)
         # the dict lookup is by digest; the compare keeps the check itself constant-time
         if session is None or not hmac.compare_digest(digest, hashlib.sha256(session.token.encode()).digest()):
-            return None
+            return self._file_session(digest)
         return session
+
+    def _tokens_path(self) -> Path:
+        from ..storage.paths import data_dir
+
+        config_dir = getattr(self.broker.config, "data_dir", None)
+        return tokens_file(Path(config_dir) if config_dir else data_dir(create=False))
+
+    def _file_session(self, digest: bytes) -> GatewaySession | None:
+        """A token minted by ``jupyter relay mcp-token`` (another process): its digest in the 0600 token file."""
+        entry = read_tokens(self._tokens_path()).get(digest.hex())
+        if not isinstance(entry, dict) or not isinstance(entry.get("origin"), str):
+            return None
+        expires = entry.get("expires_at")
+        if isinstance(expires, int | float) and expires < time.time():
+            return None
+        # an outside client has no kernel to show a card in: consent goes to the side panel (a browser session)
+        return GatewaySession(url="", token="", origin=entry["origin"], label=str(entry.get("label", "client"))[:64])
 
     async def aclose(self) -> None:
         self._sessions.clear()
@@ -351,6 +371,68 @@ class GatewayHandler(RequestHandler):
         self.set_status(405)
         self.set_header("Allow", "POST")
         self.finish()
+
+
+# -- tokens for outside clients (``jupyter relay mcp-token``) -------------------------------------------------
+
+TOKENS_FILE = "mcp-gateway-tokens.json"
+
+
+def tokens_file(data_dir: Path) -> Path:
+    """``<data dir>/mcp-gateway-tokens.json``: SHA-256 digests of outside clients' tokens -> origin, label, expiry."""
+    return Path(data_dir) / TOKENS_FILE
+
+
+def read_tokens(path: Path) -> dict[str, Any]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return {}
+    if st.st_mode & 0o077 or st.st_uid != os.getuid():  # a file others could write is not trusted
+        log.warning("MCP gateway: %s is readable or writable by others (or not yours); ignored", path)
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_tokens(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps(data, indent=1, sort_keys=True).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def mint_token(path: Path, origin: str, *, label: str = "client", expires_in: float | None = 30 * 86400.0) -> str:
+    """A new outside-client token for ``origin``; only its digest is stored. Returns the token (shown once)."""
+    token = _TOKEN_PREFIX + secrets.token_urlsafe(32)
+    data = read_tokens(path)
+    now = time.time()
+    data[hashlib.sha256(token.encode()).hexdigest()] = {
+        "origin": origin, "label": label[:64], "created_at": now,
+        "expires_at": now + expires_in if expires_in else None}
+    _write_tokens(path, data)
+    return token
+
+
+def revoke_tokens(path: Path, *, origin: str | None = None, digest_prefix: str | None = None) -> int:
+    """Forget outside-client tokens: of ``origin``, or the one whose digest starts with ``digest_prefix``
+    (at least 8 hex digits), or all. Returns how many."""
+    data = read_tokens(path)
+    keep = {k: v for k, v in data.items()
+            if not ((origin is None or v.get("origin") == origin)
+                    and (digest_prefix is None or k.startswith(digest_prefix.lower())))}
+    gone = len(data) - len(keep)
+    if gone:
+        _write_tokens(path, keep)
+    return gone
 
 
 _gateways: weakref.WeakKeyDictionary[Any, McpGateway] = weakref.WeakKeyDictionary()

@@ -57,7 +57,31 @@ def engine_services(broker: Broker, name: str) -> EngineServices:
         protected=ws.protected if ws is not None else None,
         options=dict((broker.config.extra.get("engines") or {}).get(name) or {}),
         read_roots=ws.read_roots if ws is not None else None,
-        state_dir=_engine_state_dir(broker, name))
+        state_dir=_engine_state_dir(broker, name), mcp_gateway=EngineMcp(broker))
+
+
+class EngineMcp:
+    """relay's gated MCP gateway (``broker/mcp_gateway.py``, docs/mcp.md) as an engine sees it — engines import
+    no broker code: a session (URL + bearer token) for one run, bound to its origin, originator, conversation
+    and mode, revoked with :meth:`end` when the run ends."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def session(self, *, origin: str, originator: str, run_id: str, conversation_key: str, mode: Any,
+                      label: str) -> Any:
+        """A gateway session for the run (its loopback listener starts on first use)."""
+        from .conversation_keys import conversation_name
+        from .mcp_gateway import mcp_gateway_of
+
+        return await mcp_gateway_of(self.broker).session(
+            origin, originator=originator, run_id=run_id, conversation=conversation_name(conversation_key, origin),
+            mode=mode, label=label)
+
+    def end(self, session: Any) -> None:
+        from .mcp_gateway import mcp_gateway_of
+
+        mcp_gateway_of(self.broker).end(session)
 
 
 def _engine_state_dir(broker: Broker, name: str) -> Any:

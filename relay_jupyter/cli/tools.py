@@ -55,6 +55,55 @@ def register(subparsers: Any) -> None:
     p_unpin.add_argument("tool")
     p_unpin.set_defaults(func=_cmd_unpin)
 
+    token = subparsers.add_parser(
+        "mcp-token", help="a token for another MCP client (Claude Code, Cursor) to use relay's gated MCP endpoint",
+        description="Mint a token for relay's MCP gateway ({base_url}relay/mcp), scoped to one notebook's grant. "
+                    "Every call still meets the gate: grant, allowlist, budget, class, consent (in the side "
+                    "panel), audit. The token is shown once; only its SHA-256 digest is stored (0600).")
+    token.add_argument("--notebook", metavar="PATH", help="the notebook (path under the Jupyter root) whose grant "
+                                                          "the client gets")
+    token.add_argument("--label", default="client", help="a name for the client (shown in --list)")
+    token.add_argument("--days", type=float, default=30.0, help="days until the token expires (0: never)")
+    token.add_argument("--url", default="http://127.0.0.1:8888/relay/mcp", help="the gateway URL to print")
+    token.add_argument("--list", action="store_true", help="list tokens (digest prefixes, origins, expiry)")
+    token.add_argument("--revoke", metavar="DIGEST_PREFIX|all", help="revoke one token (by --list's prefix) or all")
+    token.add_argument("--data-dir", metavar="PATH", help="relay data dir (default: <jupyter data dir>/relay)")
+    token.set_defaults(func=_cmd_mcp_token)
+
+
+def _cmd_mcp_token(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from ..broker.mcp_gateway import mint_token, read_tokens, revoke_tokens, tokens_file
+    from ..storage.paths import data_dir
+
+    path = tokens_file(Path(args.data_dir) if args.data_dir else data_dir())
+    if args.list:
+        for digest, entry in sorted(read_tokens(path).items(), key=lambda kv: kv[1].get("created_at", 0)):
+            expires = entry.get("expires_at")
+            when = time.strftime("%Y-%m-%d", time.gmtime(expires)) if expires else "never"
+            print(f"{digest[:12]}  {entry.get('origin')}  {entry.get('label')}  expires {when}")
+        return 0
+    if args.revoke:
+        if args.revoke == "all":
+            gone = revoke_tokens(path)
+        elif len(args.revoke) >= 8 and all(c in "0123456789abcdef" for c in args.revoke.lower()):
+            gone = revoke_tokens(path, digest_prefix=args.revoke)
+        else:
+            raise ConfigRefusal(Code.CONFIG_INVALID, "--revoke takes a digest prefix from --list (8+ hex digits) or all")
+        print(f"revoked {gone} token(s)")
+        return 0
+    if not args.notebook:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--notebook PATH is required (the notebook whose grant the client gets)")
+    notebook = args.notebook.strip().lstrip("/")
+    if not notebook or "\x00" in notebook or ".." in Path(notebook).parts or len(notebook) > 1024:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--notebook must be a path under the Jupyter root")
+    secret = mint_token(path, f"notebook:{notebook}", label=args.label, expires_in=args.days * 86400 or None)
+    print(f"token for notebook:{notebook} (shown once; relay keeps only its digest):\n{secret}\n")
+    print(f'claude mcp add --transport http relay {args.url} --header "Authorization: Bearer {secret}"')
+    return 0
+
 
 def _only(config: McpConfig, server: str) -> McpConfig:
     if server not in config.servers:

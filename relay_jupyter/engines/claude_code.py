@@ -3,8 +3,9 @@ run's loop, and relay's gate authorises every tool call it proposes (issue 17; d
 
 Run by the broker, never in a kernel. Per run:
 
-- **Where**: the CLI's working directory is the conversation's scratch workspace; its ``HOME`` and
-  ``TMPDIR`` are a fresh 0700 run directory (no user settings, no login, no history of other runs).
+- **Where**: the CLI's working directory is the conversation's scratch workspace; its ``TMPDIR`` is a fresh
+  0700 run directory, its ``HOME`` the conversation's own 0700 directory under the relay data dir (no user
+  settings, no login, nothing of other conversations; :class:`_Memory`: the next cell resumes the session).
 - **Environment built from nothing** (:mod:`relay_jupyter.engines.claude_launch`): ``PATH``, ``HOME``, locale,
   quiet switches, and ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` = relay's Anthropic endpoint on loopback
   with a key minted for this run (``broker/engine_endpoint.py``). So every model request of the CLI meets the
@@ -17,18 +18,21 @@ Run by the broker, never in a kernel. Per run:
   — the journal's intent before the CLI runs it and its outcome after, from ``PostToolUse``, and the audit).
   A refusal is the hook's ``deny`` with the reason, which the model reads as the tool's error.
 - **Classification** (:func:`classify`): ``Read``/``Glob``/``Grep`` inside the workspace are ``read``;
-  elsewhere inside the Jupyter root a ``write`` (a card naming the path) unless the root's rules refuse it
-  (credential stores, relay and Jupyter dirs); outside the root refused. ``Write``/``Edit``/``NotebookEdit``
+  elsewhere the read scope of ``scratch_pull``: credentials refused anywhere, outside the Jupyter root
+  refused, the root's protected paths refused, under the origin's read roots ``read``, elsewhere in the root
+  a ``write`` (a card naming the path). ``Write``/``Edit``/``NotebookEdit``
   inside the workspace are ``contained``; elsewhere refused in every mode (files reach the project only
   through ``scratch_push`` and its card). ``Bash``, ``WebFetch``, ``WebSearch`` and anything unknown are
   ``write``; the card shows the exact command, URL or query.
+- **MCP tools**: the CLI's only MCP server is relay's gated MCP gateway with a token for this run; each
+  ``mcp__relay__<tool>`` call is decided there, by the one executor.
 - **Cancel**: the CLI and every process of its session are SIGKILLed (the run ends ``run.cancelled``, once).
 
 SDK options and why (``_options``): ``permission_mode="default"`` (never ``bypassPermissions``, which skips
 ``can_use_tool``); ``allowed_tools=[]`` (an entry would pre-approve a tool past the gate); ``tools`` = the
 built-ins relay classifies (no ``Task`` sub-agents, no ``TodoWrite``); ``setting_sources=[]`` and
-``strict_mcp_config=True`` with no MCP servers (no user or project settings, hooks, permission rules or MCP
-servers of the machine apply); ``max_turns`` = the run's step cap; ``include_partial_messages`` for streamed text.
+``strict_mcp_config=True`` with relay's gateway as the one MCP server (no user or project settings, hooks,
+permission rules or MCP servers of the machine apply); ``max_turns`` = the run's step cap; ``include_partial_messages`` for streamed text.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ BUILTIN_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "Write", "Edit", "Note
 _READS = {"Read": "file_path", "Glob": "path", "Grep": "path"}
 _WRITES = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
 _SHOWN = {"Bash": "command", "WebFetch": "url", "WebSearch": "query"}
+#: The CLI's name for relay's MCP gateway, its only MCP server; its tools are ``mcp__relay__<relay's name>``.
+MCP_SERVER = "relay"
+MCP_PREFIX = f"mcp__{MCP_SERVER}__"
 
 INSTALL_HINT = "pip install 'relay-jupyter[claude-code]' in the Jupyter server's environment, then restart it"
 SYSTEM_APPEND = (
@@ -287,6 +294,12 @@ class _Binding:
             return False, "relay: a tool call without an id is refused"
         if not isinstance(args, dict):
             args = {}
+        if name.startswith(MCP_PREFIX):
+            # relay's own MCP gateway is the gate for these: when the CLI makes the call, the gateway runs it
+            # through the one executor (grant, class, pins, consent from this run's kernel, audit)
+            return True, ""
+        if name.startswith("mcp__"):
+            return False, "relay: only relay's MCP tools are available to Claude Code"
         gated = self.calls.get(tool_use_id)
         if gated is None:
             self.tools.spec(name)
@@ -555,10 +568,12 @@ class ClaudeCodeEngine:
                                                  getattr(self.services, "read_roots", None), run.ctx.origin))
         run_dir = Path(tempfile.mkdtemp(prefix="relay-claude-code-"))
         try:
-            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session:
+            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session, \
+                    self._mcp_session(run) as mcp:
                 home = memory.home() if memory is not None else None
                 wrapper = self._prepare(run_dir, session, home)
-                options = self._options(run, workspace, wrapper, binding, resume)
+                mcp_config = self._mcp_config(run_dir, mcp)
+                options = self._options(run, workspace, wrapper, binding, resume, mcp_config)
                 sid_file = run_dir / "pid"
                 earlier = "" if resume else _earlier(stored[:-1])
                 try:
@@ -578,6 +593,34 @@ class ClaudeCodeEngine:
             shutil.rmtree(run_dir, ignore_errors=True)
 
     # -- pieces ---------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _mcp_session(self, run: EngineRun) -> Any:
+        """relay's gated MCP gateway for this run (None without one), revoked when the run ends."""
+        gateway = getattr(self.services, "mcp_gateway", None)
+        session = None
+        if gateway is not None:
+            session = await gateway.session(origin=run.ctx.origin, originator=run.ctx.client_id, run_id=run.run_id,
+                                            conversation_key=run.ctx.conversation, mode=run.tool_ctx.mode,
+                                            label="claude-code")
+        try:
+            yield session
+        finally:
+            if session is not None:
+                gateway.end(session)
+
+    @staticmethod
+    def _mcp_config(run_dir: Path, session: Any) -> Path | None:
+        """The CLI's only MCP server — relay's gateway — in a 0600 file (``--mcp-config <file>``: the token
+        would be readable by every local user in the CLI's command line)."""
+        if session is None:
+            return None
+        path = run_dir / "mcp.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"mcpServers": {MCP_SERVER: {"type": "http", "url": session.url,
+                                                   "headers": {"Authorization": f"Bearer {session.token}"}}}}, f)
+        return path
+
     def _prepare(self, run_dir: Path, session: Any, home: Path | None = None) -> Path:
         """The run directory: TMPDIR of the CLI (and its HOME, unless the conversation keeps one), its
         environment file, the launcher script."""
@@ -607,7 +650,7 @@ class ClaudeCodeEngine:
         return wrapper
 
     def _options(self, run: EngineRun, workspace: Path, wrapper: Path, binding: _Binding,
-                 resume: str | None = None) -> Any:
+                 resume: str | None = None, mcp_config: Path | None = None) -> Any:
         from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
         # a hook waits for the consent card: its timeout must outlast the card's
@@ -619,7 +662,8 @@ class ClaudeCodeEngine:
                    "PostToolUse": [HookMatcher(matcher=None, hooks=[binding.post_tool_use])],
                    "PostToolUseFailure": [HookMatcher(matcher=None, hooks=[binding.post_tool_use])]},
             cwd=str(workspace), cli_path=str(wrapper), model=run.params.model, max_turns=run.config.max_steps,
-            mcp_servers={}, strict_mcp_config=True, setting_sources=[], include_partial_messages=True,
+            mcp_servers=str(mcp_config) if mcp_config is not None else {}, strict_mcp_config=True,
+            setting_sources=[], include_partial_messages=True,
             system_prompt={"type": "preset", "preset": "claude_code", "append": SYSTEM_APPEND},
             resume=resume, env={}, stderr=_stderr_logger(run.run_id))
 

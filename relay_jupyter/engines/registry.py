@@ -36,6 +36,8 @@ class EngineServices:
     """``c.RelayApp.extra["engines"][<name>]``: engine settings passed through untouched."""
     read_roots: Any = None
     """``core.protected.ReadRoots`` (``c.RelayApp.read_roots``): where a read outside the workspace needs no card."""
+    mcp_gateway: Any = None
+    """``broker/runtime_setup.EngineMcp``: a per-run session of relay's gated MCP gateway, or None."""
     state_dir: Path | None = None
     """A private directory of this engine under the relay data dir (kept across runs and restarts), or None
     (an in-memory broker)."""

@@ -39,9 +39,9 @@ TARGET = f"<iframe src=javascript:{PWN}>.py"
 CODE = "\n".join(CORPUS[:40]) + f"\n# <script>{PWN}</script> \u202e end"
 
 # the panel builds its DOM from these tags and attributes only (labextension/src/panel.ts, el())
-PANEL_TAGS = {"div", "h2", "h3", "p", "pre", "button", "table", "tbody", "tr", "th", "td", "input"}
+PANEL_TAGS = {"div", "h2", "h3", "p", "pre", "button", "table", "tbody", "tr", "th", "td", "input", "span", "progress"}
 PANEL_ATTRS = {"class", "title", "data-request-id", "data-run-id", "data-scope", "disabled", "type", "placeholder",
-               "aria-label"}
+               "aria-label", "max", "value"}
 
 _PANEL_DOM_JS = """() => {
   const panel = document.getElementById('relay-jupyter-panel');
@@ -173,6 +173,11 @@ def test_hostile_strings_reach_the_panel_as_text(lab: tuple[Any, Any, Any]) -> N
     grant = panel.locator(".jp-relay-grants .jp-relay-grant").filter(has_text="gnp.ipynb").first
     grant.wait_for(timeout=30_000)
     assert origin in grant.inner_text()
+    # the budget meters: tokens and cost against the grant's day limits (numbers only)
+    meters = grant.locator("progress.jp-relay-meter")
+    assert meters.count() == 2
+    assert [meters.nth(i).get_attribute("max") for i in range(2)] == ["200000", "5"]
+    assert float(meters.nth(0).get_attribute("value") or "0") > 0
     run = panel.locator(".jp-relay-runs .jp-relay-run").filter(has_text="gnp.ipynb").first
     run.wait_for(timeout=30_000)
     assert run.locator(".jp-relay-notebook").inner_text() == nb_shown

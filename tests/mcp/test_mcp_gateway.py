@@ -201,3 +201,48 @@ async def test_an_old_protocol_client_negotiates_a_version_the_gateway_speaks(tm
                     "jsonrpc": "2.0", "id": 1, "method": "initialize",
                     "params": {"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}})
                 assert answer.json()["result"]["protocolVersion"] == got
+
+
+async def test_a_cli_token_reaches_one_notebooks_grant_and_can_be_revoked(tmp_path: Path, notes: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``jupyter relay mcp-token --notebook PATH`` (another process, another day): only the digest is stored,
+    0600; the outside client gets that notebook's grant, consent from the side panel; revoked -> 401."""
+    import os
+    import stat
+
+    from relay_jupyter.broker.mcp_gateway import tokens_file
+    from relay_jupyter.cli import main
+
+    data = tmp_path / "data"
+    assert main(["mcp-token", "--notebook", "gw.ipynb", "--label", "claude", "--data-dir", str(data)]) == 0
+    out = capsys.readouterr().out
+    secret = next(word for line in out.splitlines() for word in line.split() if word.startswith("relay-mcp-"))
+    assert 'claude mcp add --transport http relay' in out
+    path = tokens_file(data)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and secret not in path.read_text()
+    async with asyncio.timeout(60), Rig(tmp_path, notes) as rig:
+        url = (await rig.gateway.session("notebook:unused.ipynb")).url  # starts the loopback listener
+        async with _client(url, secret) as client:
+            assert sorted(t.name for t in (await client.list_tools()).tools) == ["t__echo", "t__write_note"]
+            pending = asyncio.ensure_future(client.call_tool("t__write_note", {"path": "cli.txt", "text": "x"}))
+            card = await rig.wait_event(EventType.PERMISSION_REQUEST)
+            assert card.origin == "notebook:gw.ipynb" and card.data.get("originator") is None
+            browser = Caller(kind=CallerKind.BROWSER, origin=None, client_id="browser:me:default", user="me")
+            await call_method(rig.broker, browser, "permission.answer",
+                              {"request_id": card.data["request_id"], "decision": "deny"})
+            assert (await pending).is_error and not (notes / "cli.txt").exists()
+        assert main(["mcp-token", "--list", "--data-dir", str(data)]) == 0
+        prefix = capsys.readouterr().out.split()[0]
+        assert main(["mcp-token", "--revoke", prefix, "--data-dir", str(data)]) == 0
+        async with httpx2.AsyncClient(timeout=10) as http:
+            gone = await http.post(url, headers={"Authorization": f"Bearer {secret}"},
+                                   json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert gone.status_code == 401
+        from relay_jupyter.broker.mcp_gateway import mint_token
+
+        second = mint_token(path, "notebook:gw.ipynb")
+        assert rig.gateway.authenticate(second) is not None
+        os.chmod(path, 0o644)  # a token file others can read is not trusted
+        assert rig.gateway.authenticate(second) is None
+    assert main(["mcp-token", "--data-dir", str(data)]) == 2  # --notebook missing: one line, exit 2
+    assert main(["mcp-token", "--notebook", "../x.ipynb", "--data-dir", str(data)]) == 2

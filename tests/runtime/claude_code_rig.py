@@ -45,10 +45,13 @@ ONLY_ISOLATED = pytest.mark.skipif(not isolated(), reason="run in a network name
 
 
 async def close(broker: Broker) -> None:
+    from relay_jupyter.broker.mcp_gateway import mcp_gateway_of
+
     await stop_components(broker)
     endpoint = getattr(broker, "engine_endpoint", None)
     if endpoint is not None:
         await endpoint.aclose()
+    await mcp_gateway_of(broker).aclose()  # the engine's runs started its loopback listener
 
 
 def events(broker: Broker, run_id: str, type_: str | None = None) -> list:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_jupyter.broker.assembly import install_components, stop_components
+from relay_jupyter.broker.assembly import install_components
 from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.broker.conversation_keys import conversation_key
@@ -69,10 +69,9 @@ def rig(tmp_path, fake):
 
 
 async def _close(broker: Broker) -> None:
-    await stop_components(broker)
-    endpoint = getattr(broker, "engine_endpoint", None)
-    if endpoint is not None:
-        await endpoint.aclose()
+    from .claude_code_rig import close
+
+    await close(broker)  # the components, the engine endpoint and the MCP gateway's listener
 
 
 def events(broker: Broker, run_id: str, type_: str | None = None) -> list:
