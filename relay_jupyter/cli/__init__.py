@@ -15,7 +15,8 @@ import sys
 from .app import OneLineParser, run
 
 # Modules that contribute subcommands, in help order. Each has register(subparsers).
-_GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams", "hub", "budget", "audit", "profiles")
+_GROUPS = ("serve", "daemon", "token", "grants", "tools", "kill", "teams", "hub", "budget", "audit", "profiles",
+           "pricing")
 
 
 def build_parser() -> argparse.ArgumentParser:
