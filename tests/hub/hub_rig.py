@@ -120,9 +120,12 @@ def _write_owned(path: Path, text: str, user: str, mode: int = 0o600) -> None:
 class Hub:
     """``with Hub(fake_url, teams=...) as hub: hub.token("relayt-alice", [...]); hub.rpc(token, ...)``."""
 
-    def __init__(self, fake_base_url: str, *, teams: dict[str, Any]) -> None:
+    def __init__(self, fake_base_url: str, *, teams: dict[str, Any], store_url: str | None = None,
+                 store_password: str | None = None) -> None:
         self.fake_base_url = fake_base_url
         self.teams = teams
+        self.store_url = store_url
+        self.store_password = store_password
         self.port, self.hub_port, self.proxy_api_port, self.service_port = (free_port() for _ in range(4))
         self.url = f"http://127.0.0.1:{self.port}"
         self.service_url = f"http://127.0.0.1:{self.service_port}"
@@ -151,10 +154,15 @@ class Hub:
         self.service_home = home
         self.service_config = home / "broker.json"
         self.service_data = home / "relay-data"
-        _write_owned(self.service_config, json.dumps({
+        settings: dict[str, Any] = {
             "anthropic_base_url": self.fake_base_url, "anthropic_api_key": KEY, "default_model": "claude-test-1",
-            "data_dir": str(self.service_data), "teams": self.teams, "consent_timeout": 30,
-        }), SERVICE_USER)
+            "data_dir": str(self.service_data), "teams": self.teams, "consent_timeout": 30}
+        self.store_password_file: Path | None = None
+        if self.store_url:  # PostgreSQL (scram over TCP): the password only in the service user's 0600 file
+            self.store_password_file = home / "pg.password"
+            _write_owned(self.store_password_file, (self.store_password or "") + "\n", SERVICE_USER)
+            settings.update(store_url=self.store_url, store_password_file=str(self.store_password_file))
+        _write_owned(self.service_config, json.dumps(settings), SERVICE_USER)
         cfg = self.work / "jupyterhub_config.py"
         service_cmd = [str(HUB_VENV / "bin" / "python"), "-m", "relay_jupyter.cli", "hub-service",
                        "--config", str(self.service_config)]

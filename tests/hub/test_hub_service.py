@@ -23,7 +23,7 @@ from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text
 
 from .hub_rig import KEY, SERVICE, Hub, require_peers, run_as
 
-pytestmark = [pytest.mark.hub, pytest.mark.slow]
+pytestmark = [pytest.mark.hub, pytest.mark.pg, pytest.mark.slow]
 
 TEAM_LIMIT = 10_000_000
 ALICE, BOB, CAROL = "relayt-alice", "relayt-bob", "relayt-carol"
@@ -37,11 +37,17 @@ def fake():
 
 
 @pytest.fixture(scope="module")
-def hub(fake):
+def hub(fake, postgres_cluster):
     require_peers()
+    # the service's store: PostgreSQL with scram over TCP (the role's password only in the service user's file)
+    url = postgres_cluster.create_database()
     # team "ml" lists no members: its members are the hub group "ml" (alice and bob)
-    with Hub(fake.base_url, teams={"ml": {"tokens_per_day": TEAM_LIMIT}}) as h:
-        yield h
+    try:
+        with Hub(fake.base_url, teams={"ml": {"tokens_per_day": TEAM_LIMIT}}, store_url=url,
+                 store_password=postgres_cluster.password_file.read_text().strip()) as h:
+            yield h
+    finally:
+        postgres_cluster.drop_database(url.rsplit("/", 1)[1])
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +150,17 @@ print(json.dumps(out))
 """
 
 
+def _audit_file(hub: Hub) -> Path:
+    return next(p for p in hub.service_data.rglob("audit-hub.jsonl"))
+
+
 def test_a_users_process_cannot_read_the_services_key_settings_store_or_environment(hub, tokens) -> None:
     _grant(hub, tokens[ALICE])  # the store exists by now
     pids = hub.service_pids()
     assert pids, "the relay service runs as its own user"
-    store = next(p for p in hub.service_data.rglob("relay.db"))
-    targets = {"settings (holds the key)": str(hub.service_config), "store": str(store),
+    assert hub.store_password_file is not None
+    targets = {"settings (holds the key)": str(hub.service_config),
+               "database password": str(hub.store_password_file), "audit log": str(_audit_file(hub)),
                **{f"environ of {pid}": f"/proc/{pid}/environ" for pid in pids}}
     assert KEY in hub.service_config.read_text()  # root can: the key is really there
     seen = run_as(ALICE, _PROBE, env={"PROBE": json.dumps(targets)})
@@ -289,8 +300,8 @@ def test_a_spawned_users_kernel_reaches_the_service_and_cannot_read_it(hub, toke
             headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=120) as resp:
             kernel_id = json.loads(resp.read())["kernel"]["id"]
-        store = next(p for p in hub.service_data.rglob("relay.db"))
-        targets = {"settings": str(hub.service_config), "store": str(store),
+        targets = {"settings": str(hub.service_config), "database password": str(hub.store_password_file),
+                   "audit log": str(_audit_file(hub)),
                    **{f"environ of {pid}": f"/proc/{pid}/environ" for pid in hub.service_pids()}}
         probe = ("import json, os\nout = {}\n"
                  f"for name, path in {targets!r}.items():\n"
