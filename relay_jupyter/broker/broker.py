@@ -153,6 +153,10 @@ class Broker:
         return 0
 
     def _prune(self) -> int:
+        try:  # telemetry rows: by age only (docs/telemetry.md); a failure waits for the next round
+            self.store.prune_telemetry(self.telemetry.now() - self.config.telemetry_retention_seconds)
+        except StoreError as exc:
+            log.warning("relay: telemetry retention failed: %s", exc.message)
         try:
             return self.store.prune_events(self.config.event_retention_seconds, self.config.event_retention_count)
         except StoreError as exc:  # a full disk: retention waits for the next round
@@ -181,6 +185,7 @@ class Broker:
                 self.runs.repair()
                 if self.store.runs_to_recover() or self.store.pending_permissions(live=self.store.live_owners()):
                     self.runs.recover()
+            self.store.charge_dead_holds()  # a dead broker's budget holds: charged now, not at expiry
             self.store.forget_dead_leases()
         except StoreError as exc:
             log.warning("relay: storage maintenance failed: %s", exc.message)

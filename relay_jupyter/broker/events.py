@@ -17,6 +17,7 @@ so fan-out of an event costs the subscribers that get it, not every subscriber (
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -30,6 +31,8 @@ from ..protocol.names import TERMINAL_EVENTS, EventType
 from ..protocol.sse import encode_event, encode_raw
 
 __all__ = ["EventBus", "Subscription", "can_see"]
+
+log = logging.getLogger(__name__)
 
 
 def can_see(caller: Caller, event: Event) -> bool:
@@ -117,6 +120,12 @@ class EventBus:
         """Runs that emitted ``run.started`` and no terminal event yet (a metric)."""
         self.appended = 0
         self.disconnects: dict[str, int] = {}
+        self._soon: list[EventItem] = []
+        """Group commit (issue 18): events queued by :meth:`append_soon`, stored in one transaction."""
+        self._soon_failed: list[Callable[[Exception], None]] = []
+        self._soon_handle: asyncio.Handle | None = None
+        self.group_commits = 0
+        """Transactions :meth:`flush` committed (a metric for the benchmarks)."""
         self.run_end_hooks: list[Callable[[str], None]] = []
         """Called with the run id when a run's terminal event passes (e.g. drop run-scoped allows)."""
 
@@ -130,8 +139,65 @@ class EventBus:
         """
         return self.append_many([(type, dict(data or {}), origin, run_id)])[0]
 
+    def append_soon(self, type: str, data: dict[str, Any], *, origin: str | None, run_id: str | None,
+                    on_error: Callable[[Exception], None]) -> None:
+        """**Group commit** (issue 18): queue one event; every event queued during one turn of the event
+        loop is stored in *one* transaction by :meth:`flush` (scheduled with ``call_soon``), then
+        delivered. For a burst of ``run.text_delta`` of many runs: one commit instead of one per event.
+
+        Order is kept: any other append, a stored or unstored publish, a replay page, and the run
+        manager before it records a run's end, flush the queue first. Nothing queued is delivered
+        before it is stored, so a crash loses at most the events of that one loop turn, which no
+        client has seen. A failed flush (a full disk) calls each queued event's ``on_error`` with the
+        ``StoreError`` (the run then ends with its code) and delivers nothing. Called off the bus's
+        loop thread it appends at once."""
+        loop = self._loop
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            else:
+                self._loop, self._loop_thread = loop, threading.get_ident()
+        if loop is None or threading.get_ident() != self._loop_thread:
+            try:
+                self.append(type, data, origin=origin, run_id=run_id)
+            except Exception as exc:
+                on_error(exc)
+                raise
+            return
+        self._soon.append((type, data, origin, run_id))
+        self._soon_failed.append(on_error)
+        if self._soon_handle is None:
+            self._soon_handle = loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Store and deliver what :meth:`append_soon` queued (one transaction). Never raises: a store
+        failure goes to the queued events' ``on_error`` callbacks (each called once)."""
+        if self._soon_handle is not None:
+            self._soon_handle.cancel()
+            self._soon_handle = None
+        if not self._soon:
+            return
+        items, failed = self._soon, self._soon_failed
+        self._soon, self._soon_failed = [], []
+        try:
+            events, frames = self.store.append_events_framed(items)
+        except Exception as exc:
+            for callback in dict.fromkeys(failed):
+                try:
+                    callback(exc)
+                except Exception:  # a failing callback must not hide the others
+                    log.exception("relay: event flush failure callback failed")
+            return
+        self.group_commits += 1
+        self.appended += len(events)
+        self._fanout(events, frames)
+
     def append_many(self, items: Sequence[EventItem]) -> list[Event]:
         """Store a batch of (type, data, origin, run_id) in one transaction and deliver it."""
+        if self._soon and threading.get_ident() == self._loop_thread:
+            self.flush()  # queued events (group commit) keep their place before this one
         # the store hands back the SSE frames it stored: encoding an event again (pydantic dump +
         # json) was most of the time between an append and its delivery
         events, frames = self.store.append_events_framed(items)
@@ -145,6 +211,8 @@ class EventBus:
     def publish_stored(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
         """Deliver events a caller has already stored (in a transaction of its own, e.g. a run's
         terminal event committed together with the journal's terminal state)."""
+        if self._soon and threading.get_ident() == self._loop_thread:
+            self.flush()
         self.appended += len(events)
         if self._loop is not None and threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(self._fanout, events, frames)
@@ -156,6 +224,8 @@ class EventBus:
         run end. Its frame has no SSE ``id`` (and ``"id": null``), so a client's replay position
         does not move; ``data.stored`` is false. The store gets the event later (the run manager's
         repair), without a second live delivery."""
+        if self._soon and threading.get_ident() == self._loop_thread:
+            self.flush()
         data = {**data, "stored": False}
         probe = Event.model_construct(id=0, ts=time.time(), type=type, origin=origin, run_id=run_id, data=data)
         frame = encode_raw(None, type, {"id": None, "ts": probe.ts, "type": type, "origin": origin,
@@ -258,6 +328,8 @@ class EventBus:
         after ``since`` that ``caller`` may see. A page scans at most ``limit`` stored events (it may
         hold no frame for this caller and still not be the last): bounded work per page, so the
         SSE handler yields to the loop between pages."""
+        if self._soon and threading.get_ident() == self._loop_thread:
+            self.flush()  # a replay sees every event appended so far
         origins = None if caller.kind is CallerKind.BROWSER else ([caller.origin] if caller.origin else [])
         last, frames = self.store.replay_sse(since, limit=limit, origins=origins)
         return last, frames, last == since

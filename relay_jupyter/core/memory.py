@@ -268,7 +268,7 @@ class MemoryStore:
             used_t, used_c = self.usage(origin, day)
             held_t, held_c = self.held(origin, day)
             check(used_t, used_c, held_t, held_c)
-            hold_id = secrets.token_hex(12)
+            hold_id = secrets.token_hex(12) + ("@" + self.owner_id if self.owner_id else "")  # storage/records.py
             self._put(self._holds, hold_id, (origin, day, int(tokens), float(cost_usd), float(expires_at), False))
             return hold_id
 
@@ -304,6 +304,16 @@ class MemoryStore:
     def sweep_holds(self, now: float) -> int:
         with self.transaction():
             return self._sweep(now)
+
+    def charge_dead_holds(self) -> int:
+        with self.transaction():
+            live = self.live_owners()
+            dead = [(k, h) for k, h in self._holds.items() if not h[5] and "@" in k
+                    and k.partition("@")[2] not in live]
+            for k, h in dead:
+                self.add_usage(h[0], h[1], h[2], h[3])
+                self._put(self._holds, k, (*h[:5], True))
+            return len(dead)
 
     # -- events ---------------------------------------------------------------------------------------
 

@@ -101,6 +101,11 @@ class Ledger(Protocol):
         """Charge every live hold whose ``expires_at`` is <= ``now`` at its full amount (its broker
         died: the request may have been sent); charged holds are forgotten a day after expiry.
         Returns how many were charged; a second sweep at the same time charges nothing."""
+    def charge_dead_holds(self) -> int:
+        """Charge at its full amount, now, every live hold taken by a broker whose lease is dead (as
+        expiry would later: the request may have been sent), in one transaction that judges the owners;
+        a hold of a live broker, or with no owner, is left alone. Returns how many were charged; a
+        second call charges nothing (crash recovery, runtime/recovery.py)."""
 
 
 @runtime_checkable
@@ -120,6 +125,27 @@ class AuditSink(Protocol):
 class ConsentPort(Protocol):
     async def ask(self, request: ConsentRequest) -> ConsentResult:
         """Decide allow | deny | timeout. Must return by ``request.deadline`` (TIMEOUT otherwise)."""
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    """Where the runtime sends a run's events: the broker's ``EventBus`` (broker/events.py), or a
+    test's recorder. Every method is required (the runtime never probes for one)."""
+
+    def append(self, type: str, data: dict[str, Any] | None = None, *, origin: str | None = None,
+               run_id: str | None = None) -> Any:
+        """Store one event and deliver it to its live subscribers."""
+    def publish_stored(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
+        """Deliver events the caller already committed (a run's terminal event, stored in one
+        transaction with the journal's terminal state)."""
+    def publish_unstored(self, type: str, data: dict[str, Any], origin: str | None, run_id: str | None) -> None:
+        """Deliver an event the store could not record (a full disk), marked ``stored: false``."""
+    def append_soon(self, type: str, data: dict[str, Any], *, origin: str | None, run_id: str | None,
+                    on_error: Callable[[Exception], None]) -> None:
+        """Group commit: queue an event to be stored with the others of this loop turn in one
+        transaction, then delivered; a failed store calls ``on_error`` (broker/events.py)."""
+    def flush(self) -> None:
+        """Store and deliver what :meth:`append_soon` queued (before a run's terminal event)."""
 
 
 @runtime_checkable

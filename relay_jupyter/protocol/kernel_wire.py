@@ -446,7 +446,9 @@ class RunStartedData(TypedDict, total=False):
     conversation: str
     model: str
     backend: str
+    engine: str
     mode: str
+    originator: str
 
 
 class TextDeltaData(TypedDict, total=False):

@@ -54,7 +54,7 @@ class Method:
 
 
 class EventType:
-    RUN_STARTED = "run.started"                  # {run_id, conversation, model, backend, mode}
+    RUN_STARTED = "run.started"                  # {run_id, conversation, model, backend, engine, mode, originator}
     TEXT_DELTA = "run.text_delta"                # {run_id, text} (coalesced)
     TOOL_PROPOSED = "run.tool_proposed"          # {run_id, call_id, tool, arguments}
     TOOL_VALIDATED = "run.tool_validated"        # {run_id, call_id, tool_class}

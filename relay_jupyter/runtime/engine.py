@@ -14,7 +14,7 @@ The :class:`~relay_jupyter.runtime.manager.RunManager` decides the run's one ter
 (``run.error``; ``GateRefusal(BUDGET_EXCEEDED)`` is ``run.budget_exhausted``) or is cancelled
 (``run.cancelled``: an engine that runs a subprocess kills it, and its children, before it re-raises).
 
-Engines: ``relay`` (:class:`RelayLoopEngine`, the built-in loop over a model backend) and ``claude-code``
+Engines: ``relay`` (``runtime/relay_loop.RelayLoopEngine``, the built-in loop over a model backend) and ``claude-code``
 (``relay_jupyter/engines/claude_code.py``, Claude Code driven through claude-agent-sdk). Their names are
 ``protocol/run_choices.ENGINE_NAMES`` (``run.start``'s ``engine``); ``engines/registry.py`` is the one
 place an engine is registered (asserted to match that list at import).
@@ -26,13 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..core.errors import Code, ConfigRefusal
 from .tools import ToolContext
 
 if TYPE_CHECKING:
-    from .manager import RunContext, RunManager, RunParams, RuntimeConfig
+    from .manager import RunContext, RunParams, RuntimeConfig
 
-__all__ = ["DEFAULT_ENGINE", "EngineRun", "RelayLoopEngine", "RunEngine"]
+__all__ = ["DEFAULT_ENGINE", "EngineRun", "RunEngine"]
 
 #: The engine of a run that names none (``c.RelayApp.default_engine`` overrides it).
 DEFAULT_ENGINE = "relay"
@@ -65,6 +64,11 @@ class EngineRun:
     step: Callable[[], int] = lambda: 0
     """Count one model request against ``config.max_steps`` and emit ``run.step`` (raises
     ``GateRefusal(BUDGET_EXCEEDED)`` past the cap); returns the step number."""
+    save: Callable[[], None] = lambda: None
+    """Store what the engine appended to ``state.history`` (append-only: only the new messages)."""
+    settled: Callable[[Any, Any, BaseException | None], None] = lambda reservation, turn, ended: None
+    """Called once a model request is settled (``reservation``, the ``TurnResult``, how it ended or None):
+    the broker's telemetry row of the turn."""
 
 
 @runtime_checkable
@@ -81,26 +85,3 @@ class RunEngine(Protocol):
     async def drive(self, run: EngineRun) -> None:
         """Run to the end (see the module docstring for how the ending decides the terminal event)."""
         ...
-
-
-class RelayLoopEngine:
-    """The built-in engine: context pipeline -> turn driver -> scheduler -> executor over a model backend
-    (``anthropic``, ``openai``, ``demo``), until the model stops (``RunManager._loop``)."""
-
-    name = "relay"
-
-    def __init__(self, manager: RunManager) -> None:
-        self._manager = manager
-
-    def check(self, params: RunParams) -> None:
-        backends = self._manager.backends
-        backend = backends.get(params.backend)
-        if backend is None:
-            raise ConfigRefusal(Code.NO_BACKEND, f"no backend named {params.backend!r} is configured "
-                                f"(available: {', '.join(sorted(backends)) or 'none'})")
-        if not backend.allows_model(params.model):
-            raise ConfigRefusal(Code.MODEL_NOT_ALLOWED,
-                                f"model {params.model!r} is not allowed for backend {params.backend!r}")
-
-    async def drive(self, run: EngineRun) -> None:
-        await self._manager._loop(run.state, self._manager.backends[run.params.backend])

@@ -19,19 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import Backend, ToolCallDone
-from ..core.budgets import estimate_request
 from ..core.consent import StaticConsent
 from ..core.errors import Code, ConfigRefusal, GateRefusal, Refusal, RoutingRefusal
-from ..core.ports import ConversationStore, Store
+from ..core.ports import ConversationStore, EventSink, Store
 from ..core.types import ConsentDecision, PermissionMode
 from ..protocol.names import EventType
 from ..storage.errors import StoreError
-from .call_ids import CallIds, history_ids
-from .context import prepare, tool_result_block, user_message
+from .context import user_message
 from .conversations import HistoryWriter, next_turn
-from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens, usage_event
-from .engine import EngineRun, RelayLoopEngine, RunEngine
+from .driver import TurnResult
+from .engine import EngineRun, RunEngine
 from .executor import Executor
+from .relay_loop import RelayLoopEngine, answer_pending, append_assistant
 from .recovery import recover, stored_messages
 from .review import ReviewConsent
 from .tools import ToolContext, ToolIndex, ToolResult, ToolSource
@@ -122,7 +121,7 @@ class _Run:
 class RunManager:
     """Owns every active run of the broker."""
 
-    def __init__(self, gate: Any, journal: Store, conversations: ConversationStore, events_sink: Any,
+    def __init__(self, gate: Any, journal: Store, conversations: ConversationStore, events_sink: EventSink,
                  tool_providers: Iterable[ToolSource] | None, backends: Mapping[str, Backend],
                  config: RuntimeConfig | None = None, *, consent: Any = None,
                  engines: Mapping[str, RunEngine] | None = None) -> None:
@@ -189,8 +188,8 @@ class RunManager:
             self._forget(run)
             raise
         self._emit(run, EventType.RUN_STARTED, {"conversation": ctx.conversation, "model": params.model,
-                                                "backend": params.backend, "mode": tool_ctx.mode.value,
-                                                "originator": ctx.client_id})
+                                                "backend": params.backend, "engine": params.engine,
+                                                "mode": tool_ctx.mode.value, "originator": ctx.client_id})
         run.task = asyncio.create_task(self._main(run, engine), name=f"relay-{run_id}")
         # a task cancelled before its first step never runs _main: still end the run exactly once
         run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))
@@ -293,7 +292,10 @@ class RunManager:
                          config=self.config, gate=self.gate, executor=self.executor,
                          emit=lambda type, data: self._emit(run, type, data),
                          text=lambda text: self._text_delta(run, text), begin=begin, add=add,
-                         state=run, steps=lambda: run.steps, step=step)
+                         state=run, steps=lambda: run.steps, step=step, save=lambda: self._save(run),
+                         settled=lambda reservation, turn, ended: record_turn(
+                             self.telemetry, run.run_id, run.ctx.conversation, run.params.model, reservation,
+                             turn, ended))
 
     async def _main(self, run: _Run, engine: RunEngine) -> None:
         terminal, data, state = EventType.DONE, {}, "done"
@@ -324,108 +326,7 @@ class RunManager:
         finally:
             self._close(run, terminal, data, state)
 
-    async def _loop(self, run: _Run, backend: Backend) -> None:
-        cfg, params, ctx = self.config, run.params, run.ctx
-        history = self._load_history(run)
-        run.turn = next_turn(history)
-        call_ids = CallIds(history_ids(history))
-        history.append(user_message(params.prompt, params.attachments, turn=run.turn))
-        run.history = history
-        self._save(run)
-        budget = self.gate.run_budget(ctx.origin)
-        # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
-        # refuses and audits anything outside the grant (SCOPE_EXCEEDED)
-        index = ToolIndex(self.providers, run.tool_ctx, allowed=params.tools)
-        max_tokens = params.max_tokens or cfg.max_tokens
-        while True:
-            if run.steps >= cfg.max_steps:
-                raise GateRefusal(Code.BUDGET_EXCEEDED, f"step limit of {cfg.max_steps} per run reached",
-                                  data={"limit": "max_steps"})
-            run.steps += 1  # the gate counts the step on the RunBudget in begin_completion
-            self._emit(run, EventType.STEP, {"step": run.steps})
-            messages = prepare(history, result_budget=cfg.result_budget)
-            # the capability set: only what the grant allows now (re-read each step, so a grant
-            # narrowed or revoked mid-run shrinks the offer at the next request)
-            specs = await self._offered(ctx.origin, index)
-            # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
-            estimate = estimate_request(cfg.system_prompt, messages, specs, max_tokens)
-            reservation = (self.gate.begin_completion(ctx.origin, params.model,
-                                                                  estimate=estimate, run=budget))
-            turn = run.current = TurnResult()
-            coalescer = Coalescer(lambda text: self._text_delta(run, text),
-                                  interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
-            try:
-                await drive_turn(backend, model=params.model, system=cfg.system_prompt, messages=messages,
-                                 tools=specs, max_tokens=max_tokens, coalescer=coalescer, result=turn,
-                                 call_ids=call_ids, turn_timeout=cfg.turn_timeout,
-                                 idle_timeout=cfg.turn_idle_timeout)
-            except BaseException as exc:
-                ended = exc
-                raise
-            else:
-                ended = None
-            finally:
-                # charged what judge_usage decides: reported, clamped, estimated, or the reservation
-                (self.gate.settle_completion(
-                    reservation, params.model, turn.usage if turn.usage_reported else None, budget,
-                    outcome=charge_outcome(turn, ended),
-                    streamed_output_tokens=streamed_output_tokens(turn, max_tokens)))
-                self._emit(run, EventType.USAGE, usage_event(turn, reservation))
-                record_turn(self.telemetry, run.run_id, ctx.conversation, params.model, reservation, turn, ended)
-            run.current = None
-            self._append_assistant(run, turn)
-            if not turn.calls:
-                self._save(run)
-                return
-            run.pending, run.results = list(turn.calls), {}
-            self._save(run)  # the tool_use is durable before any intent: crash repair can answer it
-            await self._schedule(run, index)
-            self._answer_pending(run)
-            self._save(run)
-
-    async def _offered(self, origin: str, index: ToolIndex) -> list[Any]:
-        """The specs of ``index`` that the live grant of ``origin`` allows (none without a grant)."""
-        specs = index.specs()
-        allowed = set(self.gate.allowed_tools(origin, [s.name for s in specs]))
-        return [s for s in specs if s.name in allowed]
-
-    async def _schedule(self, run: _Run, index: ToolIndex) -> None:
-        """A turn's calls run concurrently only when every one is parallel-safe."""
-        calls = run.pending
-        found = [index.get(c.name) for c in calls]
-        parallel = len(calls) > 1 and all(f is not None and f[1].parallel_safe for f in found)
-
-        async def one(call: ToolCallDone) -> None:
-            run.results[call.id] = await self.executor.run_call(run.tool_ctx, index, call)
-
-        if parallel:
-            await asyncio.gather(*(one(c) for c in calls))
-        else:
-            for call in calls:
-                await one(call)
-
     # ---- history ----------------------------------------------------------------------------
-
-    def _append_assistant(self, run: _Run, turn: TurnResult) -> None:
-        msg = turn.message()
-        if msg["content"]:
-            msg["turn"] = run.turn
-            run.history.append(msg)
-
-    def _answer_pending(self, run: _Run, cancelled: bool = False) -> None:
-        """Append the tool_result message answering every pending call, in the model's order."""
-        if not run.pending:
-            return
-        blocks = []
-        for call in run.pending:
-            result = run.results.get(call.id)
-            if result is None:
-                result = ToolResult("cancelled: the run was stopped before this call finished; "
-                                    "if it had started, the action may have happened",
-                                    is_error=True, code=Code.CANCELLED.value)
-            blocks.append(tool_result_block(call.id, call.name, result.content, result.is_error))
-        run.history.append({"role": "user", "content": blocks, "turn": run.turn})
-        run.pending, run.results = [], {}
 
     def _load_history(self, run: _Run) -> list[dict[str, Any]]:
         """The conversation's stored messages, loaded once per run; later saves write only what the
@@ -456,12 +357,13 @@ class RunManager:
         if run.finished:
             return
         run.finished = True
+        self.events.flush()  # the run's queued text deltas are stored before its terminal event
         try:
             if run.current is not None:  # cancelled or failed mid-stream: keep what was said
-                self._append_assistant(run, run.current)
+                append_assistant(run, run.current)
                 run.pending = list(run.current.calls)
                 run.current = None
-            self._answer_pending(run)
+            answer_pending(run)
         except Exception as exc:
             log.error("run %s: answering its calls failed: %s", run.run_id, type(exc).__name__)
         self._forget(run)
@@ -480,30 +382,24 @@ class RunManager:
             log.error("run %s: the store cannot record its end (%s); delivering %s live only",
                       run.run_id, exc.message, terminal)
             self._unstored[run.run_id] = record
-            publish_live = getattr(self.events, "publish_unstored", None)
-            if publish_live is not None:
-                publish_live(*item)
+            self.events.publish_unstored(*item)
             return
         except Exception as exc:  # a bug: the run must still end for its subscribers
             log.exception("run %s: recording its end failed: %s", run.run_id, type(exc).__name__)
-            publish_live = getattr(self.events, "publish_unstored", None)
-            if publish_live is not None:
-                publish_live(*item)
+            self.events.publish_unstored(*item)
             return
         self._deliver(run.run_id, stored)
 
     def _deliver(self, run_id: str, stored: Any) -> None:
         """Fan out a terminal event just committed; None: the journal had it ended already, so its
         stored terminal event goes to the live subscribers instead (never a second one)."""
-        publish = getattr(self.events, "publish_stored", None)
         if stored is None:
             existing = self.journal.terminal_event(run_id)
             log.warning("run %s had already ended in the journal (another broker recovered it)", run_id)
-            if existing is not None and publish is not None:
-                publish([existing], None)
+            if existing is not None:
+                self.events.publish_stored([existing], None)
             return
-        if publish is not None:
-            publish(*stored)
+        self.events.publish_stored(*stored)
 
     def repair(self) -> int:
         """Record the ends of runs the store could not record when they ended (disk full); each in
@@ -533,24 +429,24 @@ class RunManager:
     # ---- plumbing -------------------------------------------------------------------------
 
     def _text_delta(self, run: _Run, text: str) -> None:
-        """Emit coalesced text. A store failure is raised into the turn; when the flush came from the
-        coalescer's timer (outside the turn's task) it is kept and raised at the next flush instead
-        of dying in an event-loop callback."""
-        in_turn = asyncio.current_task() is run.task
+        """Emit coalesced text by group commit (``EventBus.append_soon``: the deltas of every run in one
+        loop turn are stored in one transaction, then delivered). A store failure ends the run with its
+        code: the flush reports it to :meth:`_store_failed`, which cancels the turn at once — else the run
+        streams on into a store that records nothing until the model stops (minutes)."""
         if run.store_failure is not None:
-            if in_turn:
+            if asyncio.current_task() is run.task:
                 raise run.store_failure
             return
-        try:
-            self._emit(run, EventType.TEXT_DELTA, {"text": text})
-        except StoreError as exc:
+        self.events.append_soon(EventType.TEXT_DELTA, {"run_id": run.run_id, "text": text}, origin=run.ctx.origin,
+                                run_id=run.run_id, on_error=lambda exc: self._store_failed(run, exc))
+
+    def _store_failed(self, run: _Run, exc: Exception) -> None:
+        """A queued event of ``run`` could not be stored: the run ends ``run.error`` with the storage code."""
+        if run.store_failure is None:
             run.store_failure = exc
-            if in_turn:
-                raise
-            # outside the turn (the coalescer's timer): end the turn now — else the run streams on into a
-            # store that records nothing until the model stops (minutes), and the cell waits that long
-            if run.task is not None and not run.task.done():
-                run.task.cancel()
+        if not run.finished and run.task is not None and not run.task.done() \
+                and asyncio.current_task() is not run.task:
+            run.task.cancel()
 
     def _emit(self, run: _Run, type: str, data: dict[str, Any]) -> None:
         self.events.append(type, {"run_id": run.run_id, **data}, origin=run.ctx.origin, run_id=run.run_id)

@@ -31,12 +31,12 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-from ..core.ports import ConversationStore, Store
+from ..core.ports import ConversationStore, EventSink, Store
 from ..protocol.names import EventType
 from ..storage.errors import StoreError
 from .context import OUTCOME_UNKNOWN, tool_result_block
 
-__all__ = ["recover", "stored_messages"]
+__all__ = ["charge_dead_holds", "recover", "stored_messages"]
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,10 @@ def _crash_point() -> None:
         os._exit(137)  # like SIGKILL: no cleanup, no flush
 
 
-def recover(store: Store, conversations: ConversationStore, events: Any, *, live: set[str] | None = None,
+def recover(store: Store, conversations: ConversationStore, events: EventSink | None, *, live: set[str] | None = None,
             skip: Collection[str] = ()) -> list[str]:
     """Repair what dead brokers left unfinished (see the module docstring). Returns the ids of the
-    runs marked ``interrupted``. ``events`` is the event bus (or a test's sink with ``append``).
+    runs marked ``interrupted``. ``events`` is the event bus (None: deliver nothing live).
 
     ``live``: the live owners as the caller read them (default: read now). It only selects the
     candidates: each run's owner is judged again inside the run's write transaction, so a broker that
@@ -94,7 +94,21 @@ def recover(store: Store, conversations: ConversationStore, events: Any, *, live
             _crash_point()
             if stored is not None:
                 _publish(events, store, stored)
+    charge_dead_holds(store)
     return done
+
+
+def charge_dead_holds(store: Store) -> int:
+    """The budget holds of dead brokers are charged at their full amount now (one transaction), not
+    only when they expire minutes later: the requests they covered may have been sent (docs/gate.md §6)."""
+    try:
+        charged = store.charge_dead_holds()
+    except StoreError as exc:  # a full disk: the holds stay counted as held, and expire as before
+        log.error("relay: could not charge the budget holds of a stopped broker: %s", exc.message)
+        return 0
+    if charged:
+        log.info("relay: charged %d budget hold(s) of a stopped broker at their reserved amount", charged)
+    return charged
 
 
 def _repair_run(store: Store, conversations: ConversationStore, row: dict[str, Any]) -> Any:
@@ -132,16 +146,10 @@ def _resolved(pending: dict[str, Any]) -> tuple[str, dict[str, Any], str | None,
             pending.get("origin"), pending.get("run_id"))
 
 
-def _publish(events: Any, store: Any, stored: tuple[list[Any], list[bytes]]) -> None:
-    """Deliver committed events live: through the bus, or (a test's recording sink) as appends."""
-    publish = getattr(events, "publish_stored", None)
-    if publish is not None:
-        publish(*stored)
-        return
-    if events is store:
-        return
-    for event in stored[0]:
-        events.append(event.type, event.data, origin=event.origin, run_id=event.run_id)
+def _publish(events: EventSink | None, store: Any, stored: tuple[list[Any], list[bytes]]) -> None:
+    """Deliver committed events live (None: nobody listens; the store has them)."""
+    if events is not None:
+        events.publish_stored(*stored)
 
 
 def _repair_history(conversations: ConversationStore, conversation: str, origin: str, unknown: set[str],

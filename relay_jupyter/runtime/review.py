@@ -15,7 +15,6 @@ and settled with its actual usage after; a budget refusal is a failed review, so
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import time
 from collections.abc import Callable
@@ -58,17 +57,13 @@ def parse_verdict(text: str) -> tuple[ConsentDecision, str]:
 
 
 class ReviewMeter(Protocol):
-    """Charges reviewer requests to a budget (sync or async methods)."""
+    """Charges reviewer requests to a budget (the run manager's ``_GateMeter``, over the gate)."""
 
-    def begin(self, estimated_tokens: int) -> Any:
+    async def begin(self, estimated_tokens: int) -> Any:
         """Reserve for one request; returns a handle for :meth:`settle`. Raise a ``Refusal`` to refuse."""
 
-    def settle(self, handle: Any, usage: Usage) -> Any:
+    async def settle(self, handle: Any, usage: Usage) -> None:
         """Commit the request's actual usage."""
-
-
-async def _maybe(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 class ReviewConsent:
@@ -110,8 +105,7 @@ class ReviewConsent:
         return ConsentResult(decision=decision, answered_by="mode:review", reason=reason)
 
     async def _review(self, request: ConsentRequest) -> tuple[ConsentDecision, str]:
-        backend = self._backend() if callable(self._backend) and not hasattr(self._backend, "stream_turn") \
-            else self._backend
+        backend = self._backend if self._backend is None or isinstance(self._backend, Backend) else self._backend()
         if backend is None:
             raise Refusal("NO_CREDENTIALS", "no reviewer backend is configured")
         budget = min(self.timeout, max(0.0, request.deadline - self._clock()))
@@ -128,7 +122,7 @@ class ReviewConsent:
         if self._meter is not None:
             # the whole request plus the answer allowance: the same conservative estimate as a run step
             estimate = estimate_request(REVIEW_PROMPT, messages, [], self.max_tokens).total
-            handle = await _maybe(self._meter.begin(estimate))
+            handle = await self._meter.begin(estimate)
         try:
             async with asyncio.timeout(budget):
                 async for event in backend.stream_turn(self.model, REVIEW_PROMPT, messages, [], self.max_tokens):
@@ -140,5 +134,5 @@ class ReviewConsent:
                         usage = event.usage
         finally:
             if self._meter is not None:
-                await _maybe(self._meter.settle(handle, usage))
+                await self._meter.settle(handle, usage)
         return parse_verdict("".join(parts))

@@ -497,6 +497,8 @@ class PostgresStore(PgDatabase):
         check_amount("cost_usd", cost_usd)
         sch = self._ls(origin)
         hold_id = ("t" if sch else "") + secrets.token_hex(12)  # "t": a hold in the shared (team) schema
+        if self.owner_id and not sch:  # "@owner": charged at once when that broker is found dead
+            hold_id += "@" + self.owner_id
         if self._current() is None:
             self.sweep_holds(now)
         with self.transaction() as conn:
@@ -529,6 +531,23 @@ class PostgresStore(PgDatabase):
                 _add(conn, origin, day, int(t), float(c), sch)
             conn.execute(f"DELETE FROM {sch}budget_holds WHERE hold_id = %s", (hold_id,))
             return not charged
+
+    def charge_dead_holds(self) -> int:
+        """The holds of this schema's dead brokers (storage/records.py). A team hold in the shared
+        schema carries no owner (the leases are per user schema): it waits for its expiry."""
+        rows = self.query("SELECT hold_id FROM budget_holds WHERE NOT charged AND strpos(hold_id, '@') > 0")
+        if not rows or all(r[0].partition("@")[2] in self.live_owners() for r in rows):
+            return 0
+        with self.transaction() as conn:
+            live = self.live_owners()
+            found = conn.execute("SELECT hold_id, origin, day, tokens, cost_usd FROM budget_holds WHERE NOT charged "
+                                 "AND strpos(hold_id, '@') > 0 ORDER BY origin, day FOR UPDATE").fetchall()
+            dead = [r for r in found if r[0].partition("@")[2] not in live]
+            for _hold, origin, day, tokens, cost in dead:
+                _add(conn, origin, day, int(tokens), float(cost), "")
+            for r in dead:
+                conn.execute("UPDATE budget_holds SET charged = true WHERE hold_id = %s", (r[0],))
+        return len(dead)
 
     def sweep_holds(self, now: float) -> int:
         with self.transaction() as conn:

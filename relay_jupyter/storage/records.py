@@ -75,7 +75,7 @@ class GrantsMixin(Database):
         check_text("day", day)
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
-        hold_id = secrets.token_hex(12)
+        hold_id = hold_id_of(self.owner_id)
         with self.transaction() as conn:
             _sweep(conn, now)
             used = conn.execute("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?",
@@ -113,6 +113,38 @@ class GrantsMixin(Database):
         were charged."""
         with self.transaction() as conn:
             return _sweep(conn, now)
+
+    def charge_dead_holds(self) -> int:
+        """Charge at its full amount every live hold of a broker whose lease is dead (storage/leases.py),
+        as its expiry would, but now: the request it covered may have been sent. Who is dead is judged
+        inside the write transaction; holds with no owner wait for their expiry. Returns how many."""
+        rows = self.query("SELECT hold_id FROM budget_holds WHERE charged = 0 AND instr(hold_id, '@') > 0")
+        if not rows:
+            return 0
+        live = self.live_owners()  # type: ignore[attr-defined]
+        if all(hold_owner(r[0]) in live for r in rows):
+            return 0
+        with self.transaction() as conn:
+            live = self.live_owners()  # type: ignore[attr-defined]
+            dead = [r for r in conn.execute("SELECT hold_id, origin, day, tokens, cost_usd FROM budget_holds "
+                                            "WHERE charged = 0 AND instr(hold_id, '@') > 0").fetchall()
+                    if hold_owner(r[0]) not in live]
+            for _hold, origin, day, tokens, cost in dead:
+                _add(conn, origin, day, int(tokens), float(cost))
+            conn.executemany("UPDATE budget_holds SET charged = 1 WHERE hold_id = ?", [(r[0],) for r in dead])
+        return len(dead)
+
+
+def hold_id_of(owner: str | None) -> str:
+    """A new hold id: random, then ``@`` and the owner id of the broker taking it (when it has one), so
+    the holds of a broker found dead can be charged at once (:meth:`LedgerMixin.charge_dead_holds`)."""
+    return secrets.token_hex(12) + ("@" + owner if owner else "")
+
+
+def hold_owner(hold_id: str) -> str | None:
+    """The owner id a hold id carries (None: a hold taken before holds carried owners, or without one)."""
+    _, sep, owner = hold_id.partition("@")
+    return owner if sep and owner else None
 
 
 def _add(conn: Any, origin: str, day: str, tokens: int, cost_usd: float) -> None:

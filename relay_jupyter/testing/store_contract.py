@@ -274,6 +274,17 @@ class StoreContract:
         assert store.finish_hold(h, 12, 0.5) is False
         assert store.usage("o", DAY) == (12, 1.0)
 
+    def test_holds_of_a_dead_broker_are_charged_at_once(self, store: Store) -> None:
+        legacy = store.hold("o", DAY, 1, 0.0, now=0.0, expires_at=1e12, check=lambda *a: None)  # no owner yet
+        store.acquire_lease()
+        h = store.hold("o", DAY, 10, 1.0, now=0.0, expires_at=1e12, check=lambda *a: None)
+        assert store.charge_dead_holds() == 0 and store.held("o", DAY) == (11, 1.0)  # its broker lives
+        store.release_lease()  # the lease is gone: the broker that took h is dead
+        assert store.charge_dead_holds() == 1 and store.charge_dead_holds() == 0
+        assert store.usage("o", DAY) == (10, 1.0) and store.held("o", DAY) == (1, 0.0)  # legacy: expiry's
+        assert store.finish_hold(h, 12, 0.5) is False and store.usage("o", DAY) == (12, 1.0)  # only the excess
+        assert store.finish_hold(legacy, None, None) is True
+
     def test_a_hold_sweeps_expired_ones_first(self, store: Store) -> None:
         store.hold("o", DAY, 10, 0.0, now=0.0, expires_at=10.0, check=lambda *a: None)
         seen: list[tuple[int, float, int, float]] = []
@@ -637,6 +648,15 @@ class StoreContract:
         assert store.query_telemetry() == []
 
     # -- two store objects on one storage (two brokers) -----------------------------------------------
+
+    def test_a_live_peers_holds_are_not_charged_as_dead(self, store: Store, peer: Store) -> None:
+        store.acquire_lease()
+        peer.acquire_lease()
+        h = peer.hold("o", DAY, 5, 0.0, now=0.0, expires_at=1e12, check=lambda *a: None)
+        assert store.charge_dead_holds() == 0 and store.held("o", DAY) == (5, 0.0)
+        peer.release_lease()
+        assert store.charge_dead_holds() == 1 and store.usage("o", DAY) == (5, 0.0)
+        assert peer.finish_hold(h, 5, 0.0) is False and store.usage("o", DAY) == (5, 0.0)
 
     def test_two_brokers_share_holds_and_never_overspend(self, store: Store, peer: Store) -> None:
         check = _limit(30)

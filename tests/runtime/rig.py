@@ -58,6 +58,18 @@ class Recorder:
         for e in events:
             self.append(e.type, e.data, origin=e.origin, run_id=e.run_id)
 
+    def append_soon(self, type: str, data: dict[str, Any], *, origin: str | None, run_id: str | None,
+                    on_error: Any) -> None:
+        """Group commit as the EventBus does it is the bus's concern: a recorder keeps the event at once."""
+        self.append(type, data, origin=origin, run_id=run_id)
+
+    def flush(self) -> None:
+        """Nothing is queued here."""
+
+    def publish_unstored(self, type: str, data: dict[str, Any], origin: str | None, run_id: str | None) -> None:
+        """An event the store could not record, delivered live only (as the EventBus marks it)."""
+        self.append(type, {**data, "stored": False}, origin=origin, run_id=run_id)
+
     def types(self, run_id: str | None = None) -> list[str]:
         return [t for t, _, _, r in self.events if run_id is None or r == run_id]
 

@@ -49,7 +49,7 @@ async def run(args: argparse.Namespace) -> None:
     started = await call_method(broker, caller, "run.start", {
         "conversation": args.conversation, "prompt": "wait for the slow thing", "mode": "full"})
     run_id = started["run_id"]
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(600):  # a bound on a hang only: the parent waits for the line or the exit
         while True:
             row = broker.store.get_run(run_id)
             in_flight = [c for c in (row or {}).get("calls", [])

@@ -54,17 +54,20 @@ def _broker(kind: str, tmp_path: Path, fake: FakeAnthropic) -> Broker:
 
 
 def _check_after_every_event(broker: Broker) -> list[int]:
-    """Run the maintenance step after every event the runs append; returns a counter of the checks."""
-    append, checks = broker.events.append, [0]
+    """Run the maintenance step after every event the runs append (one at a time, or a group commit of
+    text deltas); returns a counter of the checks."""
+    bus, checks = broker.events, [0]
 
-    def append_then_check(*args, **kwargs):
-        event = append(*args, **kwargs)
-        checks[0] += 1
-        broker.check_storage()
-        return event
+    def then_check(method):
+        def wrapped(*args, **kwargs):
+            result = method(*args, **kwargs)
+            checks[0] += 1
+            broker.check_storage()
+            return result
+        return wrapped
 
-    broker.events.append = append_then_check  # type: ignore[method-assign]
-    broker.runs.events = broker.events
+    bus.append = then_check(bus.append)  # type: ignore[method-assign]
+    bus.flush = then_check(bus.flush)  # type: ignore[method-assign]
     return checks
 
 
@@ -104,7 +107,7 @@ def test_a_broker_whose_lease_could_not_be_written_owns_its_runs(tmp_path):
         store.probe_write()  # what the broker's maintenance step does: the lease row is written
         assert [r["owner_id"] for r in store.leases()] == [owner] and store.storage_problem is None
         store.run_started("r1", A.origin, "c", {})
-        assert store.runs_to_recover() == [] and recover(store, store, store) == []
+        assert store.runs_to_recover() == [] and recover(store, store, None) == []
         assert store.get_run("r1")["finished_at"] is None
 
 
@@ -119,7 +122,20 @@ def test_recovery_rechecks_the_owner_inside_its_transaction(tmp_path):
         b.acquire_lease(30.0)
         b.run_started("run_b", "notebook:b.ipynb", "conv-b", {})
         assert [r["run_id"] for r in a.runs_to_recover(stale)] == ["run_b"]  # what a stale read sees
-        assert recover(a, a, a, live=stale) == []
+        assert recover(a, a, None, live=stale) == []
         assert b.get_run("run_b")["finished_at"] is None
         assert [e for e in a.events_since(0) if e.type == EventType.INTERRUPTED] == []
 
+
+
+@pytest.mark.asyncio
+async def test_run_started_names_its_engine(tmp_path, fake):
+    broker = _broker("memory", tmp_path, fake)
+    try:
+        fake.enqueue(Reply("hi"))
+        run_id = (await call_method(broker, A, "run.start", {"conversation": "c", "prompt": "go"}))["run_id"]
+        await broker.runs.wait(run_id)
+        (started,) = [e for e in broker.store.events_since(0) if e.type == EventType.RUN_STARTED]
+        assert started.data["engine"] == "relay" and started.data["backend"] == "anthropic"
+    finally:
+        broker.close()
