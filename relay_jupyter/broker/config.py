@@ -79,6 +79,7 @@ class BrokerConfig(BaseModel):
     """Seconds between SSE heartbeat comments."""
     event_retention_seconds: float = Field(7 * 86_400.0, gt=0)
     event_retention_count: int = Field(1_000_000, gt=0)
+    telemetry_retention_seconds: float = Field(90 * 86_400.0, gt=0)
     max_body_bytes: int = Field(1 << 20, gt=0)
     """Largest RPC body accepted; larger gets HTTP 413 before it is read whole."""
     sse_queue_size: int = Field(2_000, gt=0)

@@ -79,6 +79,8 @@ class RelayApp(ExtensionApp):
     heartbeat_interval = Float(15.0, config=True, help="Seconds between SSE heartbeat comments.")
     event_retention_seconds = Float(7 * 86_400.0, config=True, help="Events older than this are pruned.")
     event_retention_count = Integer(1_000_000, config=True, help="At most this many events are kept.")
+    telemetry_retention_seconds = Float(90 * 86_400.0, config=True,
+                                        help="Telemetry rows (one per model request) older than this are pruned.")
     max_body_bytes = Integer(1 << 20, config=True, help="Largest RPC body; larger gets HTTP 413.")
     sse_queue_size = Integer(2_000, config=True, help="Events buffered per SSE subscriber before it is dropped.")
     anthropic_api_key = Unicode("", config=True,

@@ -152,3 +152,17 @@ def test_ts_is_the_start_of_the_request() -> None:
     t = Telemetry(MemoryStore(), clock=lambda: 1000.0)
     row = t.record(origin="o", model="m", source="agent", latency_ms=2500.0)
     assert row is not None and row.ts == 997.5
+
+
+def test_retention_prunes_old_rows_with_the_events(tmp_path) -> None:
+    """``telemetry_retention_seconds``: the broker's hourly pruning drops rows of requests older than it."""
+    broker = Broker.open(BrokerConfig(data_dir=str(tmp_path), telemetry_retention_seconds=3600.0))
+    try:
+        now = broker.telemetry.now()
+        old = broker.telemetry.record(origin="o", model="m", source="proxy", ts=now - 7200.0)
+        new = broker.telemetry.record(origin="o", model="m", source="proxy", ts=now - 60.0)
+        assert old is not None and new is not None
+        broker.prune_events()  # outside an event loop it prunes now
+        assert broker.telemetry.query() == [new]
+    finally:
+        broker.close()
