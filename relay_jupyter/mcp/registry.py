@@ -76,6 +76,9 @@ class _Server:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     listed_at: float = 0.0
     """``time.monotonic()`` of the last successful ``tools/list``."""
+    has_resources: bool | None = None
+    """The server announced ``resources`` and listed at least one (checked once per connection): relay then
+    offers ``<server>__list_resources`` / ``<server>__read_resource``."""
 
 
 class McpRegistry:
@@ -144,6 +147,8 @@ class McpRegistry:
                 try:
                     await server.connection.open()
                     listed = await server.connection.list_tools()
+                    if not was_connected or server.has_resources is None:  # once per connection
+                        server.has_resources = await _lists_resources(server.connection)
                     break
                 except McpToolError as exc:
                     await server.connection.close(force=True)
@@ -154,6 +159,8 @@ class McpRegistry:
                     logger.warning("MCP server %r unavailable: %s", server.config.name, exc.message)
                     return False
             found, problems = convert_tools(server.config.name, server.config.source, listed)
+            if server.has_resources:
+                found += _resource_tools(server.config.name, server.config.source, server.connection, found)
             server.listed_at = time.monotonic()
             server.tools = {tool.spec.name: tool for tool in found}
             server.problems = problems
@@ -223,6 +230,8 @@ class McpRegistry:
     # -- catalogue -------------------------------------------------------------------------
 
     def _classified(self, spec: ToolSpec) -> ToolSpec:
+        if spec.hints.get(_RELAY_READ_HINT):  # relay's own resources/list and resources/read: reads by protocol
+            return spec.model_copy(update={"tool_class": ToolClass.READ, "parallel_safe": True})
         pinned = self.pins.resolve(spec) if self.pins is not None else None
         pins = {spec.name: pinned} if pinned is not None else {}
         tool_class = classify(spec.name, pins=pins, hints=spec.hints)
@@ -388,4 +397,76 @@ class McpRegistry:
                 Code.DIGEST_MISMATCH,
                 f"MCP tool {name} changed (description, schema or server) since it was approved; ask again",
             )
+        if current.remote_name in _RESOURCE_METHODS:
+            return await _call_resource(server.connection, current.remote_name, arguments)
         return await server.connection.call_tool(current.remote_name, arguments, timeout=timeout)
+
+
+# -- resources as read tools (issue 20 item 4) ------------------------------------------------------------
+
+#: The tools relay adds for a server that announces ``resources``: ``<server>__list_resources`` and
+#: ``<server>__read_resource``. Their remote names are the MCP methods (not valid tool names, so a server's own
+#: tool can never be routed here); a server that lists a tool of the same name keeps its own (a write).
+_RESOURCE_METHODS = {"resources/list": "list_resources", "resources/read": "read_resource"}
+_RELAY_READ_HINT = "relay_resource_read"
+
+
+def _resource_tools(server: str, source: str, connection: McpConnection,
+                    listed: list[DiscoveredTool]) -> list[DiscoveredTool]:
+    if not connection.offers("resources"):
+        return []
+    taken = {tool.spec.name for tool in listed}
+    schemas = {
+        "resources/list": ({"type": "object", "properties": {}, "additionalProperties": False},
+                           f"List the resources (files, records, documents) the MCP server '{server}' offers: "
+                           "uri, name, description, MIME type. Read-only (MCP resources/list; added by relay)."),
+        "resources/read": ({"type": "object", "properties": {"uri": {"type": "string", "maxLength": 2048}},
+                            "required": ["uri"], "additionalProperties": False},
+                           f"Read one resource of the MCP server '{server}' by its uri (from list_resources). "
+                           "Read-only; text only, binary contents are described, output is capped (MCP "
+                           "resources/read; added by relay)."),
+    }
+    out: list[DiscoveredTool] = []
+    for method, local in _RESOURCE_METHODS.items():
+        name = f"{server}__{local}"
+        if name in taken:
+            continue
+        schema, description = schemas[method]
+        spec = ToolSpec(name=name, description=description, input_schema=schema, tool_class=ToolClass.READ,
+                        server=server, source=source, parallel_safe=True,
+                        hints={"read_only_hint": True, _RELAY_READ_HINT: True})
+        out.append(DiscoveredTool(spec=spec, remote_name=method))
+    return out
+
+
+async def _lists_resources(connection: McpConnection) -> bool:
+    if not connection.offers("resources"):
+        return False
+    try:
+        return bool(await connection.list_resources())
+    except McpToolError as exc:
+        if exc.reason != "protocol":
+            raise
+        return False
+
+
+async def _call_resource(connection: McpConnection, method: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    from .discovery import truncate_text
+
+    if method == "resources/list":
+        listed = await connection.list_resources()
+        text, truncated = truncate_text(json.dumps(listed, ensure_ascii=False, indent=1), connection.max_output_bytes)
+        return {"content": text, "is_error": False, "structured": None, "truncated": truncated}
+    uri = arguments.get("uri")
+    if not isinstance(uri, str) or not uri or len(uri) > 2048:
+        return {"content": "uri must be a string of 1-2048 characters", "is_error": True, "structured": None,
+                "truncated": False}
+    try:
+        read = await connection.read_resource(uri)
+    except McpToolError as exc:
+        if exc.reason != "protocol":  # hang, death, flood: as for a tool call
+            raise
+        return {"content": exc.message, "is_error": True, "structured": None, "truncated": False}
+    return {"content": read["content"], "is_error": False, "structured": None, "truncated": read["truncated"]}
