@@ -183,3 +183,23 @@ def test_grants_table_keeps_the_revoke_button_whole_and_the_origin_as_a_tooltip(
     assert "title=\"" + long.replace("<", "&lt;").replace(">", "&gt;") + "\"" in label.value, label.value
     assert "text-overflow:ellipsis" in label.value and "1,000 tokens/day" in label.value
     assert "1,000 tokens/day" in GrantsTable(grants, revoke).text()
+
+
+@pytest.mark.asyncio
+async def test_connect_card_labels_are_whole_and_it_asks_for_a_step_cap() -> None:
+    from unittest.mock import patch
+
+    from relay_jupyter.kernel.widgets.connect_card import ConnectCard
+
+    card = ConnectCard("claude-x", [{"name": "run_code", "class": "write"}], {"tokens_per_day": 1000})
+    fields = [card.model_field, card.tokens, card.cost, card.rpm, card.steps]
+    assert [f.description for f in fields] == ["model", "tokens/day", "USD/day", "requests/min", "steps/run"]
+    assert all(f.style.description_width == "initial" for f in fields)  # "requests/…" was cut at 90px
+    assert "relay-card" in card.widget._dom_classes
+    card.steps.value = 3
+    with patch("relay_jupyter.kernel.widgets.connect_card.update"):
+        card.connect.click()
+        grant = await card.wait(1)
+    assert grant is not None and grant["budget"] == {"tokens_per_day": 1000, "cost_per_day_usd": 5.0,
+                                                     "requests_per_minute": 30.0, "max_steps_per_run": 3}
+    assert card.steps.disabled and card.connect.disabled

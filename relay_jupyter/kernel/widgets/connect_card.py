@@ -52,6 +52,9 @@ class ConnectCard:
                                 style=wide)
         self.rpm = w.FloatText(value=float(budget.get("requests_per_minute") or 30.0), description="requests/min",
                                style=wide)
+        # a run's step cap (issue 13: a notebook shows a small budget stopping a run without a code cell)
+        self.steps = w.IntText(value=int(budget.get("max_steps_per_run") or 25), description="steps/run",
+                               style=wide)
         self.connect = w.Button(description="Connect", button_style="success")
         self.cancel = w.Button(description="Cancel")
         self.connect.on_click(lambda _b: self._answer(True))
@@ -60,7 +63,7 @@ class ConnectCard:
                              "Writes still ask you each time.</i>")
         tool_box = w.VBox(self.checks) if self.checks else html_widget("<i>no tools offered</i>")
         self.widget = w.VBox([html_widget("<b>Connect this notebook to the relay agent</b>"), self.model_field,
-                              html_widget("tools:"), tool_box, self.tokens, self.cost, self.rpm,
+                              html_widget("tools:"), tool_box, self.tokens, self.cost, self.rpm, self.steps,
                               w.HBox([self.connect, self.cancel]), self.status],
                              layout=w.Layout(border="1px solid #d0d7de", padding="6px"))
         self.widget.add_class("relay-card")  # the side panel's extension gives focus back after a click
@@ -78,8 +81,10 @@ class ConnectCard:
             result = {"tools": [c.tool_name for c in self.checks if c.value],
                       "models": [self.model_field.value.strip()] if self.model_field.value.strip() else [],
                       "budget": {"tokens_per_day": int(self.tokens.value), "cost_per_day_usd": float(self.cost.value),
-                                 "requests_per_minute": float(self.rpm.value)}}
-        for widget in (self.connect, self.cancel, self.model_field, self.tokens, self.cost, self.rpm, *self.checks):
+                                 "requests_per_minute": float(self.rpm.value),
+                                 "max_steps_per_run": int(self.steps.value)}}
+        for widget in (self.connect, self.cancel, self.model_field, self.tokens, self.cost, self.rpm, self.steps,
+                       *self.checks):
             widget.disabled = True
         line = f"{'Connected' if ok else 'Cancelled'} by you at {time.strftime('%H:%M:%S')}"
         self.status.value = chrome_html(f"<b>{esc(line)}</b>")
