@@ -203,7 +203,8 @@ c.JupyterHub.load_roles = [
       "scopes": ["admin:users", "admin:groups", "tokens", "read:users", "admin:servers", "access:servers"]}},
     {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
 ]
-c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}}}}
+c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}},
+                             "race": {{"users": ["relayt-alice", "relayt-bob"]}}}}
 """)
         self.log_path = self.work / "hub.log"
         self.log = open(self.log_path, "wb")
@@ -301,6 +302,18 @@ c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}}}}
     def service_pids(self) -> list[int]:
         """Processes of the service user (the relay service and nothing else)."""
         return pids_of(SERVICE_USER)
+
+
+def service_cli(hub: Hub, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jupyter relay ARGS`` as the service's user, with its settings (what an admin runs with sudo -u)."""
+    home = str(hub.service_home)
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": str(hub.shared / "src"),
+           "JUPYTER_CONFIG_DIR": f"{home}/.jupyter", "JUPYTER_DATA_DIR": f"{home}/.jupyter-data",
+           "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime"}
+    return subprocess.run([shutil.which("runuser") or "runuser", "-u", SERVICE_USER, "--",
+                           str(HUB_VENV / "bin" / "python"), "-m", "relay_jupyter.cli", *args,
+                           "--config", str(hub.service_config)],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=home, check=False)
 
 
 def run_as(user: str, code: str, env: dict[str, str] | None = None, timeout: float = 60) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 
 from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text
 
-from .hub_rig import KEY, SERVICE, Hub, require_peers, run_as
+from .hub_rig import KEY, SERVICE, Hub, require_peers, run_as, service_cli
 
 pytestmark = [pytest.mark.hub, pytest.mark.pg, pytest.mark.slow]
 
@@ -43,7 +43,7 @@ def hub(fake, postgres_cluster):
     url = postgres_cluster.create_database()
     # team "ml" lists no members: its members are the hub group "ml" (alice and bob)
     try:
-        with Hub(fake.base_url, teams={"ml": {"tokens_per_day": TEAM_LIMIT}}, store_url=url,
+        with Hub(fake.base_url, teams={"ml": {"tokens_per_day": TEAM_LIMIT}, "race": {}}, store_url=url,
                  store_password=postgres_cluster.password_file.read_text().strip()) as h:
             yield h
     finally:
@@ -120,15 +120,15 @@ def test_another_user_cannot_see_or_spend_alices_grants(hub, tokens, fake) -> No
 def test_hub_groups_are_teams_alices_spend_is_gone_from_bobs_team_budget(hub, tokens, fake) -> None:
     _grant(hub, tokens[ALICE], client="kernel:team.ipynb")
     before = hub.rpc(tokens[BOB], "budget.get", {})["result"]["usage"]
-    [team] = before["teams"]
-    assert team["team"] == "ml"
+    assert {t["team"] for t in before["teams"]} == {"ml", "race"}  # bob's hub groups
+    [team_before] = [t for t in before["teams"] if t["team"] == "ml"]
     fake.enqueue(Reply(text("alice's answer"), usage=Usage(input_tokens=600, output_tokens=400)))
     run = _run(hub, tokens[ALICE], "alice asks", client="kernel:team.ipynb")
     # done: the service sent its own key (the fake answers 401 to any other); alice never had one
     assert run["state"] == "done", run
     after = hub.rpc(tokens[BOB], "budget.get", {})["result"]["usage"]
-    [team] = after["teams"]
-    assert team["day"]["tokens"] - before["teams"][0]["day"]["tokens"] == 1000
+    [team] = [t for t in after["teams"] if t["team"] == "ml"]
+    assert team["day"]["tokens"] - team_before["day"]["tokens"] == 1000
     assert team["remaining_tokens"] == TEAM_LIMIT - team["day"]["tokens"]
     # carol is in no hub group: no team budget
     assert hub.rpc(tokens[CAROL], "budget.get", {})["result"]["usage"].get("teams", []) == []
@@ -325,3 +325,45 @@ def test_a_spawned_users_kernel_reaches_the_service_and_cannot_read_it(hub, toke
         assert "an answer for a spawned kernel" in answer, answer
     finally:
         hub.hub_api("DELETE", f"users/{ALICE}/server")
+
+
+def test_concurrent_runs_of_two_users_never_overspend_their_hub_groups_team(hub, tokens, fake) -> None:
+    """Last in the module (it leaves the team "race" spent). The admin sets the team's limit from the terminal as
+    the service's user (jupyter relay budget set --team); then 8 runs of alice and bob at once: exactly what the
+    limit holds is done, the others end budget_exhausted naming the team, and the team's ledger never passes the
+    limit."""
+    import threading
+
+    names = [f"kernel:race-{who[7]}{i}.ipynb" for who in (ALICE, BOB) for i in range(4)]
+    for name, who in zip(names, [ALICE] * 4 + [BOB] * 4):
+        _grant(hub, tokens[who], client=name)
+    # what one request reserves here: reported usage beyond the reservation is clamped to it
+    _grant(hub, tokens[ALICE], client="kernel:race-p0.ipynb")
+    before = hub.rpc(tokens[ALICE], "budget.get", {})["result"]["usage"]["teams"]
+    fake.enqueue(Reply(text("probe"), usage=Usage(input_tokens=10**8, output_tokens=5)))
+    assert _run(hub, tokens[ALICE], "race question", client="kernel:race-p0.ipynb")["state"] == "done"
+    after = hub.rpc(tokens[ALICE], "budget.get", {})["result"]["usage"]["teams"]
+    reserve = next(t["day"]["tokens"] for t in after if t["team"] == "ml") - \
+        next(t["day"]["tokens"] for t in before if t["team"] == "ml")
+    assert reserve > 100
+    limit = 3 * reserve + reserve // 2
+    out = service_cli(hub, "budget", "set", "--team", "race", "--tokens-per-day", str(limit))
+    assert out.returncode == 0, out.stderr
+    fake.enqueue(*[Reply(text(f"answer {i}"), usage=Usage(input_tokens=10**8, output_tokens=5)) for i in range(3)])
+    results: dict[str, dict] = {}
+
+    def one(name: str, who: str) -> None:
+        results[name] = _run(hub, tokens[who], "race question", client=name)
+
+    threads = [threading.Thread(target=one, args=(n, w)) for n, w in zip(names, [ALICE] * 4 + [BOB] * 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    states = sorted(r["state"] for r in results.values())
+    assert len(results) == 8 and states.count("done") == 3 and states.count("budget_exhausted") == 5, results
+    [race] = [t for t in hub.rpc(tokens[BOB], "budget.get", {})["result"]["usage"]["teams"] if t["team"] == "race"]
+    # three whole reservations (a notebook name of the same length as the probe's: the same request size)
+    assert race["day"]["tokens"] <= limit and abs(race["day"]["tokens"] - 3 * reserve) <= 30, (race, reserve)
+    assert race["day"]["tokens_limit"] == limit
+    assert race["day"]["reserved_tokens"] == 0
