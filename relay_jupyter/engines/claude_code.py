@@ -538,8 +538,16 @@ class ClaudeCodeEngine:
         if getattr(self.services, "workspace_for", None) is None:
             raise ConfigRefusal(Code.NO_ENGINE, "the claude-code engine needs the scratch workspace, which this "
                                 "broker does not have (an in-memory broker)")
-        endpoint = getattr(self.services, "model_endpoint", None)
-        problem = endpoint.problem() if endpoint is not None else "no model endpoint"
+        login = self.options.get("login", "relay")
+        if login not in ("relay", "own"):
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp.extra['engines']['claude-code']['login'] is {login!r}: "
+                                "use 'relay' (relay's endpoint and key, the default) or 'own' (your Claude login)")
+        if login == "own":
+            _own_login(self.options)  # a one-line refusal when the token or the URL is not right
+            problem = None
+        else:
+            endpoint = getattr(self.services, "model_endpoint", None)
+            problem = endpoint.problem() if endpoint is not None else "no model endpoint"
         if problem:
             raise ConfigRefusal(Code.NO_CREDENTIALS, "the claude-code engine sends Claude Code's model requests "
                                 f"through relay's Anthropic endpoint: {problem}")
@@ -568,8 +576,7 @@ class ClaudeCodeEngine:
                                                  getattr(self.services, "read_roots", None), run.ctx.origin))
         run_dir = Path(tempfile.mkdtemp(prefix="relay-claude-code-"))
         try:
-            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session, \
-                    self._mcp_session(run) as mcp:
+            async with self._model_session(run, on_refusal) as session, self._mcp_session(run) as mcp:
                 home = memory.home() if memory is not None else None
                 wrapper = self._prepare(run_dir, session, home)
                 mcp_config = self._mcp_config(run_dir, mcp)
@@ -577,7 +584,9 @@ class ClaudeCodeEngine:
                 sid_file = run_dir / "pid"
                 earlier = "" if resume else _earlier(stored[:-1])
                 try:
-                    text, session_id = await self._converse(run, options, history, stop, sid_file, earlier)
+                    text, session_id, usage = await self._converse(run, options, history, stop, sid_file, earlier)
+                    if isinstance(session, _OwnLogin):
+                        session.usage = usage
                 finally:
                     sid = _read_pid(sid_file)
                     kill_session(sid)  # nothing of the CLI outlives the run (cancel, error or done)
@@ -593,6 +602,31 @@ class ClaudeCodeEngine:
             shutil.rmtree(run_dir, ignore_errors=True)
 
     # -- pieces ---------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _model_session(self, run: EngineRun, on_refusal: Any) -> Any:
+        """Where the CLI's model requests go: relay's endpoint with a per-run key (the default), or, with
+        ``login: own``, the user's own Claude login straight to Anthropic — then the run is reserved in the
+        ledger before the CLI starts and settled after with the usage the SDK reports (docs/engines.md)."""
+        if self.options.get("login", "relay") != "own":
+            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session:
+                yield session
+            return
+        token, base_url = _own_login(self.options)
+        grant = run.gate.grants.get(run.ctx.origin)
+        cap = grant.budget.max_tokens_per_run if grant is not None else None
+        tokens = int(self.options.get("run_reservation_tokens") or cap or OWN_LOGIN_RESERVATION)
+        # refused here (no grant, model outside it, a spent day budget): the run ends before the CLI starts
+        reservation = run.gate.begin_completion(run.ctx.origin, run.params.model, estimated_tokens=tokens,
+                                                purpose="claude-code-login")
+        session = _OwnLogin(token=token, base_url=base_url)
+        try:
+            yield session
+        finally:
+            if session.usage is not None:
+                run.gate.settle_completion(reservation, run.params.model, session.usage)
+            else:  # cancelled or failed before a result: the whole reservation, as for a cut request
+                run.gate.settle_completion(reservation, run.params.model, None, outcome="cut")
+
     @contextlib.asynccontextmanager
     async def _mcp_session(self, run: EngineRun) -> Any:
         """relay's gated MCP gateway for this run (None without one), revoked when the run ends."""
@@ -633,10 +667,15 @@ class ClaudeCodeEngine:
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
             "TERM": "dumb", "SHELL": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
-            "ANTHROPIC_BASE_URL": session.base_url, "ANTHROPIC_API_KEY": session.key,
             "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
             "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         }
+        if isinstance(session, _OwnLogin):  # the user's own login: no key of relay's, no relay endpoint
+            env["CLAUDE_CODE_OAUTH_TOKEN"] = session.token
+            if session.base_url:
+                env["ANTHROPIC_BASE_URL"] = session.base_url
+        else:
+            env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"] = session.base_url, session.key
         fd = os.open(run_dir / "env.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(env, f)
@@ -668,7 +707,8 @@ class ClaudeCodeEngine:
             resume=resume, env={}, stderr=_stderr_logger(run.run_id))
 
     async def _converse(self, run: EngineRun, options: Any, history: list[dict[str, Any]],
-                        stop: asyncio.Event, sid_file: Path, earlier: str = "") -> tuple[str, str | None]:
+                        stop: asyncio.Event, sid_file: Path, earlier: str = ""
+                        ) -> tuple[str, str | None, Usage | None]:
         from claude_agent_sdk import ClaudeSDKClient
         from claude_agent_sdk import ResultMessage, StreamEvent, AssistantMessage, TextBlock
 
@@ -725,10 +765,10 @@ class ClaudeCodeEngine:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(client.disconnect()), timeout=10)
         if stop.is_set():
-            return "".join(parts), None
+            return "".join(parts), None, None
         if result is None:
             raise Refusal(Code.BACKEND_ERROR, "Claude Code ended without a result (see the broker log)")
-        _usage(run, result)
+        usage = _usage(run, result)
         if result.subtype == "error_max_turns":
             raise GateRefusal(Code.BUDGET_EXCEEDED, f"step limit of {run.config.max_steps} per run reached",
                               data={"limit": "max_steps"})
@@ -736,7 +776,7 @@ class ClaudeCodeEngine:
             detail = "; ".join(str(e) for e in (result.errors or [])) or str(result.result or result.subtype)
             raise Refusal(Code.BACKEND_ERROR, f"Claude Code failed: {detail[:500]}")
         session_id = getattr(result, "session_id", None)
-        return "\n\n".join(parts), session_id if isinstance(session_id, str) and session_id else None
+        return "\n\n".join(parts), session_id if isinstance(session_id, str) and session_id else None, usage
 
 
 def _prompt(run: EngineRun, history: list[dict[str, Any]], earlier: str = "") -> str:
@@ -752,17 +792,64 @@ def _prompt(run: EngineRun, history: list[dict[str, Any]], earlier: str = "") ->
     return text
 
 
-def _usage(run: EngineRun, result: Any) -> None:
+def _usage(run: EngineRun, result: Any) -> Usage | None:
     u = result.usage or {}
     try:
-        usage = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
-                      cache_creation_input_tokens=int(u.get("cache_creation_input_tokens") or 0),
-                      cache_read_input_tokens=int(u.get("cache_read_input_tokens") or 0))
-        data = usage.model_dump()
+        usage: Usage | None = Usage(
+            input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0),
+            cache_creation_input_tokens=int(u.get("cache_creation_input_tokens") or 0),
+            cache_read_input_tokens=int(u.get("cache_read_input_tokens") or 0))
+        data = usage.model_dump() if usage is not None else {}
     except Exception:
-        data = {}
+        usage, data = None, {}
     # charged per request by the gate at relay's endpoint; this is the engine's own total, for the cell
     run.emit(EventType.USAGE, {**data, "basis": "proxy", "cost_usd": round(float(result.total_cost_usd or 0.0), 6)})
+    return usage
+
+
+#: Tokens reserved for a whole run on the user's own login when the grant sets no ``max_tokens_per_run``.
+OWN_LOGIN_RESERVATION = 100_000
+_OWN_HINT = ("run `claude setup-token`, save the token in a file only you can read (chmod 600) and name it in "
+             "c.RelayApp.extra = {'engines': {'claude-code': {'login': 'own', 'oauth_token_file': PATH}}}")
+
+
+@dataclass
+class _OwnLogin:
+    """The user's own Claude login for one run (``login: own``): the token and an optional base URL."""
+
+    token: str = field(repr=False)
+    base_url: str | None = None
+    usage: Usage | None = None
+
+
+def _own_login(options: Any) -> tuple[str, str | None]:
+    """The token of ``oauth_token_file`` (a regular 0600 file of this user) and the checked base URL.
+
+    Raises:
+        ConfigRefusal: ``NO_CREDENTIALS`` / ``CONFIG_INVALID``, one line saying how to fix it.
+    """
+    import stat
+
+    path = options.get("oauth_token_file")
+    if not path:
+        raise ConfigRefusal(Code.NO_CREDENTIALS, f"the claude-code engine's own login needs a token: {_OWN_HINT}")
+    try:
+        st = os.stat(str(path))
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077 or st.st_uid != os.getuid():
+            raise ConfigRefusal(Code.NO_CREDENTIALS, f"{path} must be a regular file of yours that only you can "
+                                f"read (chmod 600): {_OWN_HINT}")
+        token = Path(str(path)).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigRefusal(Code.NO_CREDENTIALS, f"cannot read {path} ({exc.strerror}): {_OWN_HINT}") from None
+    if not token or len(token) > 4096 or any(c.isspace() or ord(c) < 32 for c in token):
+        raise ConfigRefusal(Code.NO_CREDENTIALS, f"{path} holds no token: {_OWN_HINT}")
+    base_url = options.get("anthropic_base_url") or None
+    if base_url is not None:
+        from ..mcp.policy import check_model_endpoint
+
+        base_url = check_model_endpoint(str(base_url), "c.RelayApp.extra['engines']['claude-code']"
+                                                       "['anthropic_base_url']")
+    return token, base_url
 
 
 def _read_pid(path: Path) -> int | None:
