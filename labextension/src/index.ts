@@ -1,4 +1,4 @@
-import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
@@ -15,9 +15,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'relay-jupyter:panel',
   description: 'Side panel for the relay broker: approvals, grants, budgets, audit.',
   autoStart: true,
-  requires: [ILabShell],
+  // no ILabShell: the shell every front end has (JupyterLab's, Notebook 7's) takes the panel in its right area;
+  // requiring ILabShell made Notebook 7 skip the plugin ("No provider for: @jupyterlab/application:ILabShell")
   optional: [IStatusBar],
-  activate: (app: JupyterFrontEnd, shell: ILabShell, statusBar: IStatusBar | null) => {
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
+    const shell = app.shell;
     const panel = new RelayPanel();
     panel.title.icon = relayIcon;
     shell.add(panel, 'right', { rank: 900 });
