@@ -193,7 +193,7 @@ class AnthropicProxy(GatedProxy):
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
                                    _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
                                                    tool_filter=_tool_filter(self._tool_policy(origin, model))),
-                                   observed=observed)
+                                   observed=observed, profile=profile)
 
     async def models(self, origin: str, query: Mapping[str, str], client_headers: Mapping[str, str]
                      ) -> ProxyResponse:

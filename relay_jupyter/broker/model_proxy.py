@@ -479,7 +479,7 @@ class GatedProxy:
 
     async def _forward(self, url: str, body: bytes, params: Mapping[str, str], headers: Mapping[str, str],
                        key: Any, reservation: Reservation | None, model: str | None, meter: Meter | None,
-                       *, observed: Any = None) -> ProxyResponse:
+                       *, observed: Any = None, profile: str | None = None) -> ProxyResponse:
         """POST ``body`` upstream and answer with what comes back; ``meter`` None: forwarded unmetered
         (``count_tokens``). A metered request leaves a telemetry row (:meth:`_record`); ``observed`` is its
         session and lineage (``broker/sessions.Observation``), committed only when the answer completed."""
@@ -493,7 +493,7 @@ class GatedProxy:
         except httpx2.HTTPError as exc:
             self._settle(reservation, model, None, "not_started", 0)
             failure = self._unreachable(exc)
-            self._record(reservation, model, "error", started, None, observed, failure.code)
+            self._record(reservation, model, "error", started, None, observed, failure.code, profile)
             raise failure from None
         returned = self._returned(resp.headers)
         if resp.status_code != 200:
@@ -503,7 +503,7 @@ class GatedProxy:
                 await resp.aclose()
             self._settle(reservation, model, None, "refused", 0)
             self._record(reservation, model, "upstream_error", started, None, observed,
-                         f"HTTP_{resp.status_code}" if 100 <= resp.status_code < 1000 else None)
+                         f"HTTP_{resp.status_code}" if 100 <= resp.status_code < 1000 else None, profile)
             return ProxyResponse(resp.status_code, returned, once(self._masked(raw[:MAX_BODY_BYTES], key)))
         sse = "text/event-stream" in resp.headers.get("content-type", "")
         used = meter
@@ -546,7 +546,7 @@ class GatedProxy:
                     self._settle(reservation, model, used.usage, outcome,
                                  streamed or used.streamed_chars // 3)
                     self._record(reservation, model, "ok" if outcome == "complete" else "interrupted", started,
-                                 first_at, observed, code)
+                                 first_at, observed, code, profile)
                 log.debug("relay proxy: %s %s in %.3f s (%s)", model, outcome, time.monotonic() - started,
                           "stream" if sse else "json")
 
@@ -563,12 +563,14 @@ class GatedProxy:
             log.exception("relay proxy: settling a request failed")
 
     def _record(self, reservation: Reservation | None, model: str | None, status: str, started: float,
-                first_at: float | None, observed: Any, code: str | None) -> None:
+                first_at: float | None, observed: Any, code: str | None, profile: str | None = None) -> None:
         """The request's telemetry row (core/telemetry.py: the gate's charge, latency, time to first
         byte, session and lineage); on success the session's new history is stored. Never raises."""
         if reservation is None or model is None:
             return
         try:
+            from ..core.telemetry import safe_session_id
+
             now = time.monotonic()
             if status == "ok" and observed is not None:
                 observed.commit()  # the lineage is stored only after the upstream request succeeded
@@ -579,7 +581,8 @@ class GatedProxy:
                     latency_ms=(now - started) * 1000.0,
                     ttft_ms=None if first_at is None else (first_at - started) * 1000.0,
                     session=getattr(observed, "session", None),
-                    lineage=getattr(getattr(observed, "lineage", None), "kind", None), error_code=code)
+                    lineage=getattr(getattr(observed, "lineage", None), "kind", None), error_code=code,
+                    profile=profile if profile and safe_session_id(profile) else None)
         except Exception:  # noqa: BLE001 - telemetry must never break the answer
             log.exception("relay proxy: recording telemetry failed")
 

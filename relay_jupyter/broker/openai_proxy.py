@@ -291,8 +291,11 @@ class OpenAIProxy(GatedProxy):
         meter = _OpenAIMeter(ceiling_chars=ceiling_for(max_output), keep_text=counter.available is not False,
                              request=message, tool_filter=policy)
         meter.counter = counter
+        # the session and lineage, as for the Messages API (a system message is one of the messages here)
+        sessions = getattr(self.broker, "sessions", None)
+        observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
         return await self._forward(f"{url}/chat/completions", body, {}, self._headers(key, client_headers), key,
-                                   reservation, model, meter)
+                                   reservation, model, meter, observed=observed, profile=profile)
 
     async def models(self, origin: str, client_headers: Mapping[str, str]) -> ProxyResponse:
         """``GET /v1/models``, filtered to the models this origin's grant and the broker allow."""

@@ -165,3 +165,51 @@ async def test_refusals_before_forwarding_leave_no_row_and_a_cut_answer_is_inter
     upstream.enqueue(Reply(text("ok")))
     await client.messages.create(model=MODEL, max_tokens=4, messages=_turns("x"))
     assert broker.telemetry.query()[-1].lineage == "new"
+
+
+@pytest.mark.asyncio
+async def test_the_openai_endpoint_records_lineage_and_a_profile_is_in_the_row(tmp_path) -> None:
+    """The OpenAI-compatible endpoint shares the recording path: its rows carry session and lineage too, and
+    a request through a named profile (``X-Relay-Profile``) names it in its row."""
+    import openai
+
+    from relay_jupyter.testing import FakeOpenAI
+
+    team_key = "sk-ant-team-key-for-telemetry-fedcba98"
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"team.anthropic": team_key}))
+    secrets.chmod(0o600)
+    with FakeOpenAI(models=("gpt-fake-1",)) as local, FakeAnthropic(api_key=team_key, models=(MODEL,)) as team:
+        broker = Broker.open(BrokerConfig(in_memory=True, openai_base_url=local.base_url, anthropic_api_key=KEY,
+                                          secrets_file=secrets, profiles={"team": {"anthropic_base_url": team.base_url}}))
+        broker.grants.issue(Grant(origin=ORIGIN, models=frozenset({MODEL, "gpt-fake-1"}),
+                                  profiles=frozenset({"team"}), consent_id="test"))
+        server = make_app(broker, lambda h: Caller(kind=CallerKind.DAEMON, origin=ORIGIN, client_id="daemon:a:1")
+                          ).listen(0, "127.0.0.1")
+        port = next(iter(server._sockets.values())).getsockname()[1]
+        oa = openai.AsyncOpenAI(api_key="x", base_url=f"http://127.0.0.1:{port}/relay/openai/v1", max_retries=0)
+        an = anthropic.AsyncAnthropic(api_key="x", base_url=f"http://127.0.0.1:{port}/relay/anthropic", max_retries=0,
+                                      default_headers={"X-Relay-Profile": "team"})
+        try:
+            local.enqueue(Reply(text("one")), Reply(text("two")))
+            chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"}]
+            await oa.chat.completions.create(model="gpt-fake-1", max_tokens=20, messages=chat)
+            await oa.chat.completions.create(model="gpt-fake-1", max_tokens=20, messages=chat + [
+                {"role": "assistant", "content": "one"}, {"role": "user", "content": "q2"}])
+            team.enqueue(Reply(text("via the team")))
+            await an.messages.create(model=MODEL, max_tokens=20, messages=_turns("hello team"))
+            rows = broker.telemetry.query(origin=ORIGIN)
+            assert [(r.model, r.lineage, r.profile, r.status) for r in rows] == [
+                ("gpt-fake-1", "new", None, "ok"), ("gpt-fake-1", "continuation", None, "ok"),
+                (MODEL, "new", "team", "ok")]
+            assert rows[0].session == rows[1].session and rows[0].session.startswith("fp:")
+        finally:
+            await oa.close()
+            await an.close()
+            server.stop()
+            await server.close_all_connections()
+            for name in ("relay_anthropic_proxy", "relay_openai_proxy"):
+                proxy = server.request_callback.settings.get(name)
+                if proxy is not None:
+                    await proxy.aclose()
+            broker.close()
