@@ -75,6 +75,12 @@ class GatewaySession:
     label: str = "client"
     calls: int = 0
 
+    def client_config(self) -> dict[str, Any]:
+        """The entry an MCP client's config takes for this session (claude-agent-sdk ``mcp_servers={"relay": ...}``,
+        Claude Code's ``.mcp.json``): ``{"type": "http", "url": ..., "headers": {"Authorization": "Bearer ..."}}``.
+        It holds the token: pass it to the client's process only, never log it."""
+        return {"type": "http", "url": self.url, "headers": {"Authorization": f"Bearer {self.token}"}}
+
     def __repr__(self) -> str:  # the token never appears in a repr, a log line or a traceback
         return f"GatewaySession(url={self.url!r}, origin={self.origin!r}, run_id={self.run_id!r}, label={self.label!r})"
 

@@ -84,6 +84,8 @@ async def test_an_sdk_client_gets_the_granted_tools_only_through_the_gate(tmp_pa
     async with asyncio.timeout(90), Rig(tmp_path, notes) as rig:
         session = await rig.gateway.session(KERNEL.origin, originator=KERNEL.client_id, label="test")
         assert session.url.startswith("http://127.0.0.1:") and session.token not in repr(session)
+        assert session.client_config() == {"type": "http", "url": session.url,
+                                           "headers": {"Authorization": f"Bearer {session.token}"}}
         async with _client(session.url, session.token) as client:
             listed = await client.list_tools()
             names = sorted(t.name for t in listed.tools)
