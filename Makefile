@@ -82,7 +82,8 @@ install-peer: install-test
 CLAUDE_CODE_TESTS = tests/runtime/test_claude_code_engine.py tests/runtime/test_claude_code_runs.py \
 	tests/runtime/test_claude_code_crash.py tests/runtime/test_claude_code_history.py tests/runtime/test_claude_code_mcp.py \
 	tests/runtime/test_claude_code_login.py \
-	tests/kernel/test_claude_code_kernel.py tests/kernel/test_claude_cli_endpoint.py
+	tests/kernel/test_claude_code_kernel.py tests/kernel/test_claude_cli_endpoint.py \
+	tests/kernel/test_claude_cli_lineage.py
 test-claude-code: install-peer
 	unshare -n sh -c 'ip link set lo up && $(BIN)/pytest -q -p no:cacheprovider -m peer $(CLAUDE_CODE_TESTS)'
 
