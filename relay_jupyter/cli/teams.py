@@ -47,9 +47,18 @@ def spend_rows(config: Any, since: str | None = None) -> list[dict[str, Any]]:
     if config.store_url:
         store = _open_store(config)
         try:
-            return list(store.spend_rows(since))
+            rows = list(store.spend_rows(since))
+            own = config.user or default_user()
+            # this broker's own namespace per user its origins name (the hub service keeps every user's
+            # notebooks, user:<name>/..., in its one namespace): its per-namespace row is split by user
+            ledger = store.query("SELECT origin, day, tokens, cost_usd FROM ledger WHERE length(day) = 10 AND day >= %s",
+                                 (since or "0000-00-00",))
         finally:
             store.close()
+        if any(str(origin).startswith("user:") for origin, *_ in ledger):
+            rows = [r for r in rows if not (r["team"] is None and r["user"] == own)]
+            rows += _by_user(ledger, own)
+        return sorted(rows, key=lambda r: (r["day"], r["team"] or "", r["user"] or ""))
     from ..storage.paths import data_dir
     from ..storage.sqlite import DB_NAME
 
@@ -61,8 +70,6 @@ def sqlite_spend_rows(path: Path, since: str | None, default: str | None) -> lis
     """:func:`spend_rows` of one SQLite store (read-only; an absent file has no spend)."""
     import sqlite3
 
-    from ..core.teams import TEAM_PREFIX, user_of_origin
-
     if not Path(path).exists():
         return []
     # read-only: an admin view must never take the broker's write lock
@@ -72,17 +79,27 @@ def sqlite_spend_rows(path: Path, since: str | None, default: str | None) -> lis
                             "ORDER BY day, origin", (since or "0000-00-00",)).fetchall()
     finally:
         conn.close()
+    out = _by_user(rows, default, teams=True)
+    return sorted(out, key=lambda r: (r["day"], r["team"] or "", r["user"] or ""))
+
+
+def _by_user(rows: Any, default: str | None, *, teams: bool = False) -> list[dict[str, Any]]:
+    """Ledger rows ``(origin, day, tokens, cost)`` summed per day and user (``user_of_origin``), and per team
+    when ``teams`` (else team rows are left out)."""
+    from ..core.teams import TEAM_PREFIX, user_of_origin
+
     totals: dict[tuple[str, str | None, str | None], list[float]] = {}
     for origin, day, tokens, cost in rows:
         if origin.startswith(TEAM_PREFIX):
+            if not teams:
+                continue
             key = (day, None, origin[len(TEAM_PREFIX):])
         else:
             key = (day, user_of_origin(origin, default) or "?", None)
         acc = totals.setdefault(key, [0, 0.0])
         acc[0] += int(tokens)
         acc[1] += float(cost)
-    out = [{"day": d, "user": u, "team": t, "tokens": int(v[0]), "cost_usd": float(v[1])} for (d, u, t), v in totals.items()]
-    return sorted(out, key=lambda r: (r["day"], r["team"] or "", r["user"] or ""))
+    return [{"day": d, "user": u, "team": t, "tokens": int(v[0]), "cost_usd": float(v[1])} for (d, u, t), v in totals.items()]
 
 
 def spend_plot(frame: Any, *, by: str = "user", value: str = "tokens", ax: Any = None) -> Any:

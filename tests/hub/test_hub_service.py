@@ -132,6 +132,13 @@ def test_hub_groups_are_teams_alices_spend_is_gone_from_bobs_team_budget(hub, to
     assert team["remaining_tokens"] == TEAM_LIMIT - team["day"]["tokens"]
     # carol is in no hub group: no team budget
     assert hub.rpc(tokens[CAROL], "budget.get", {})["result"]["usage"].get("teams", []) == []
+    # the admin view, run as the service's user on its PostgreSQL store: spend per hub user, not per service
+    out = service_cli(hub, "teams", "spend", "--json")
+    assert out.returncode == 0, out.stderr
+    spend = json.loads(out.stdout)
+    assert {r["user"] for r in spend if r["user"]} == {ALICE}, spend
+    assert sum(r["tokens"] for r in spend if r["user"] == ALICE) >= 1000
+    assert any(r["team"] == "ml" and r["tokens"] >= 1000 for r in spend)
 
 
 _PROBE = r"""
