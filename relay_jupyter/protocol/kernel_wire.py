@@ -403,6 +403,25 @@ class ElicitationAnswerResult(TypedDict):
     answered_by: str
 
 
+class McpServerParams(TypedDict):
+    """``mcp.sign_in``: which HTTP MCP server to sign in to (docs/mcp.md, "OAuth sign-in")."""
+
+    server: Required[str]
+
+
+class McpSignInWaitParams(TypedDict):
+    sign_in_id: Required[str]
+    timeout: NotRequired[float]
+
+
+class McpSignInResult(TypedDict):
+    sign_in_id: str
+    server: str
+    state: Literal["pending", "signed_in", "failed"]
+    authorization_url: str | None
+    message: str
+
+
 #: Every RPC method the kernel calls -> (params, result). The test compares each with the broker's models.
 KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "grants.get": (OriginParams, GrantsGetResult),
@@ -426,6 +445,8 @@ KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "checkpoints.revert": (CheckpointsRevertParams, CheckpointsRevertResult),
     "workspace.diff": (WorkspaceDiffParams, WorkspaceDiffResult),
     "elicitation.answer": (ElicitationAnswerParams, ElicitationAnswerResult),
+    "mcp.sign_in": (McpServerParams, McpSignInResult),
+    "mcp.sign_in_wait": (McpSignInWaitParams, McpSignInResult),
 }
 
 

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..rendering import visible
+from ..rendering import chrome_html, visible
 from .base import esc, html_widget, show, update
 
 __all__ = ["SignInCard", "signin_text"]
@@ -49,5 +49,5 @@ class SignInCard:
     def done(self, ok: bool, message: str) -> None:
         status = ("✓ " if ok else "✗ ") + message
         if self.widget is not None:
-            self.widget.value = html_widget(self._fragment(esc(status))).value
+            self.widget.value = chrome_html(self._fragment(esc(status)))
             update(self.widget, signin_text(self.server, None, status), self.display_id)
