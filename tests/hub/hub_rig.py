@@ -174,6 +174,7 @@ c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = {self.hub_port}
 c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.proxy_api_port}"
+c.ConfigurableHTTPProxy.pid_file = "{self.work}/jupyterhub-proxy.pid"
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allowed_users = {set(USERS)!r}
 c.JupyterHub.db_url = "sqlite:///{self.work}/jupyterhub.sqlite"
@@ -248,6 +249,16 @@ c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}},
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait(5)
+        # a hub that died (or was killed) leaves its proxy running (in a session of its own): end it by the pid
+        # the hub wrote for it (c.ConfigurableHTTPProxy.pid_file, in the hub's directory)
+        pid_file = getattr(self, "work", None) and self.work / "jupyterhub-proxy.pid"
+        if pid_file and pid_file.exists():
+            try:
+                pid = int(pid_file.read_text().strip())
+                if b"configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, 9)
+            except (OSError, ValueError):
+                pass
         if getattr(self, "log", None) is not None:
             self.log.close()
         remove_users()
