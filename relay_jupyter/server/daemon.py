@@ -158,6 +158,9 @@ def _setup_logging(root: Path, level: int = logging.INFO) -> logging.Handler:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter("[relay %(levelname)s] %(message)s"))
+    # records logged with extra={"file_only": True} (start-up facts) go to daemon.log only: a user mistake
+    # on the command line stays the one line on stderr that it is meant to be
+    console.addFilter(lambda record: not getattr(record, "file_only", False))
     top = logging.getLogger("relay_jupyter")
     top.setLevel(level)
     for h in (handler, console):
@@ -216,7 +219,8 @@ class _Daemon:
         root = ensure_private_dir(Path(opts.config.data_dir)) if opts.config.data_dir else default_data_dir()
         file_handler = _setup_logging(root, opts.log_level)
         if opts.config_files:
-            log.info("relay daemon: Jupyter config files read, lowest priority first: %s", ", ".join(opts.config_files))
+            log.info("relay daemon: Jupyter config files read, lowest priority first: %s", ", ".join(opts.config_files),
+                     extra={"file_only": True})
         log.debug("relay daemon: log level %s, data dir %s", logging.getLevelName(opts.log_level), root)
         auth_log = AuthLog(root / LOG_DIR / AUTH_LOG)
         # its own audit log (a Jupyter server's broker on the same data dir writes audit.jsonl; both could share
