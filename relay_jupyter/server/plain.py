@@ -229,25 +229,33 @@ class PlainNotFoundHandler(_PlainAuth):
             raise web.HTTPError(404)
 
 
-class _PlainAnthropic(AnthropicEndpoint, _PlainAuth):
-    """The Anthropic-compatible endpoint on the daemon: the daemon token may come as an Anthropic key
-    (``x-api-key``), which is what the SDKs and the ``claude`` CLI send; a refusal is the Messages API's
-    401 shape (the same bytes for a missing and a wrong token)."""
+class _PlainModelKey:
+    """What the daemon's two model endpoints share: the daemon token may come as the SDK's API key
+    (``x-api-key``, or ``Authorization: Bearer``), and a refusal is the endpoint's own 401 shape (the same
+    bytes for a missing and a wrong token). Placed before the endpoint class in the bases."""
 
-    relay_endpoint = "anthropic"
+    relay_error_body: Any  # staticmethod(anthropic_error_body | openai_error_body)
 
     def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
         if status == 401:
-            body = anthropic_error_body("authentication_error", "send the relay daemon token as the API key")
-        super().relay_refuse(status, body, headers)
+            body = self.relay_error_body("authentication_error", "send the relay daemon token as the API key")
+        super().relay_refuse(status, body, headers)  # type: ignore[misc]
 
     async def prepare(self) -> None:
-        key = self.request.headers.get("x-api-key", "").strip()
-        if key and "Authorization" not in self.request.headers:
-            self.request.headers["Authorization"] = f"Bearer {key}"
-        await super().prepare()
-        if not self.relay_refused:
-            self.check_body_size()
+        request = self.request  # type: ignore[attr-defined]
+        key = request.headers.get("x-api-key", "").strip()
+        if key and "Authorization" not in request.headers:
+            request.headers["Authorization"] = f"Bearer {key}"
+        await super().prepare()  # type: ignore[misc]
+        if not self.relay_refused:  # type: ignore[attr-defined]
+            self.check_body_size()  # type: ignore[attr-defined]
+
+
+class _PlainAnthropic(_PlainModelKey, AnthropicEndpoint, _PlainAuth):
+    """The Anthropic-compatible endpoint on the daemon (the key is what the SDKs and the ``claude`` CLI send)."""
+
+    relay_endpoint = "anthropic"
+    relay_error_body = staticmethod(anthropic_error_body)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         AnthropicEndpoint.write_error(self, status_code, **kwargs)
@@ -268,25 +276,11 @@ class PlainAnthropicModelsHandler(_PlainAnthropic):
         await self.relay_models()
 
 
-class _PlainOpenAI(OpenAIEndpoint, _PlainAuth):
-    """The OpenAI-compatible endpoint on the daemon: the daemon token is the SDK's API key (``Authorization:
-    Bearer``, what the ``openai`` SDK sends); a refusal is OpenAI's 401 shape (the same bytes for a missing
-    and a wrong token)."""
+class _PlainOpenAI(_PlainModelKey, OpenAIEndpoint, _PlainAuth):
+    """The OpenAI-compatible endpoint on the daemon (``Authorization: Bearer``, what the ``openai`` SDK sends)."""
 
     relay_endpoint = "openai"
-
-    def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
-        if status == 401:
-            body = openai_error_body("authentication_error", "send the relay daemon token as the API key")
-        super().relay_refuse(status, body, headers)
-
-    async def prepare(self) -> None:
-        key = self.request.headers.get("x-api-key", "").strip()
-        if key and "Authorization" not in self.request.headers:
-            self.request.headers["Authorization"] = f"Bearer {key}"
-        await super().prepare()
-        if not self.relay_refused:
-            self.check_body_size()
+    relay_error_body = staticmethod(openai_error_body)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         OpenAIEndpoint.write_error(self, status_code, **kwargs)
