@@ -37,7 +37,7 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import PeriodicCallback
 from tornado.netutil import bind_sockets
 
-from ..broker.assembly import install_components, start_components, stop_components
+from ..broker.assembly import install_components, start_components
 from ..broker.broker import Broker
 from ..broker.config import BrokerConfig
 from ..core.errors import Code, ConfigRefusal
@@ -45,7 +45,7 @@ from ..storage.atomic import atomic_write_json
 from ..storage.paths import data_dir as default_data_dir
 from ..storage.paths import ensure_private_dir, runtime_dir
 from .daemon_auth import AuthLog, DaemonGate, TokenSource, ensure_token, token_path
-from .plain import make_app
+from .plain import make_app, shut_down
 from .unix import PeerCheckingHTTPServer, bind_private_unix_socket
 
 __all__ = [
@@ -301,19 +301,7 @@ class _Daemon:
                 t.stop()
             log.info("relay daemon stopping (%s)", self.reason)
         finally:
-            if server is not None:
-                server.stop()
-                try:
-                    async with asyncio.timeout(_SHUTDOWN_GRACE):
-                        await server.close_all_connections()
-                except TimeoutError:
-                    log.warning("some connections did not close within %.0f s", _SHUTDOWN_GRACE)
-            if broker is not None:
-                try:
-                    await stop_components(broker)
-                except Exception:  # shutting down: a failing MCP server must not keep the store open
-                    log.warning("stopping runs and MCP servers failed", exc_info=True)
-                broker.close()
+            await shut_down(server, broker, grace=_SHUTDOWN_GRACE)
             for path in (bound_path, state_file):
                 if path is not None:
                     try:

@@ -55,7 +55,7 @@ from tornado.httpserver import HTTPServer
 from tornado.ioloop import PeriodicCallback
 from tornado.netutil import bind_sockets
 
-from ..broker.assembly import install_components, start_components, stop_components
+from ..broker.assembly import install_components, start_components
 from ..broker.broker import Broker
 from ..broker.config import BrokerConfig
 from ..core.caller import Caller, CallerKind
@@ -64,7 +64,7 @@ from ..storage.paths import data_dir as default_data_dir
 from ..storage.paths import ensure_private_dir
 from .daemon_auth import CLIENT_NAME, URL_TOKEN_BODY, AuthLog, url_has_credentials
 from .kernel_auth import ENV_CREDENTIAL, ENV_URL, scrub_env
-from .plain import make_app, refuse
+from .plain import make_app, refuse, shut_down
 
 __all__ = [
     "ENV_HUB_SERVICE_URL",
@@ -299,19 +299,7 @@ class _HubService:
             pruner.stop()
             log.info("relay hub service stopping (signal)")
         finally:
-            if server is not None:
-                server.stop()
-                try:
-                    async with asyncio.timeout(_SHUTDOWN_GRACE):
-                        await server.close_all_connections()
-                except TimeoutError:
-                    log.warning("some connections did not close within %.0f s", _SHUTDOWN_GRACE)
-            if broker is not None:
-                try:
-                    await stop_components(broker)
-                except Exception:  # shutting down: a failing MCP server must not keep the store open
-                    log.warning("stopping runs and MCP servers failed", exc_info=True)
-                broker.close()
+            await shut_down(server, broker, grace=_SHUTDOWN_GRACE)
             auth_log.close()
             top.removeHandler(handler)
         return 0

@@ -17,6 +17,7 @@ unknown path tells an unauthenticated client nothing. Log lines never contain a 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import socket
@@ -27,6 +28,7 @@ from tornado import web
 
 from ..broker.anthropic_proxy import anthropic_error_body
 from ..broker.model_proxy import openai_error_body
+from ..broker.assembly import stop_components
 from ..broker.broker import Broker
 from ..core.caller import Caller
 from .anthropic_endpoint import AnthropicEndpoint
@@ -333,3 +335,21 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
     settings.setdefault("log_function", _log_request)
     return web.Application(routes, relay_broker=broker, relay_resolve_caller=resolve_caller,
                            relay_activity=activity, relay_scrub=scrub, **settings)
+
+
+async def shut_down(server: Any, broker: Broker | None, *, grace: float) -> None:
+    """The end of a standalone broker process (the daemon, the hub service): stop listening, give open
+    connections ``grace`` seconds, stop runs and MCP servers, close the store."""
+    if server is not None:
+        server.stop()
+        try:
+            async with asyncio.timeout(grace):
+                await server.close_all_connections()
+        except TimeoutError:
+            log.warning("some connections did not close within %.0f s", grace)
+    if broker is not None:
+        try:
+            await stop_components(broker)
+        except Exception:  # shutting down: a failing MCP server must not keep the store open
+            log.warning("stopping runs and MCP servers failed", exc_info=True)
+        broker.close()
