@@ -51,7 +51,7 @@ def free_port() -> int:
 
 def require_peers() -> None:
     if os.geteuid() != 0:
-        pytest.skip("the hub tests create system users: run them as root (CI does)")
+        pytest.skip("the hub tests create system users: root is needed (CI runs as root)")
     try:
         import jupyterhub  # noqa: F401
     except ImportError:
