@@ -167,8 +167,13 @@ class McpGateway:
         expires = entry.get("expires_at")
         if isinstance(expires, int | float) and expires < time.time():
             return None
-        # an outside client has no kernel to show a card in: consent goes to the side panel (a browser session)
-        return GatewaySession(url="", token="", origin=entry["origin"], label=str(entry.get("label", "client"))[:64])
+        origin = entry["origin"]
+        # an outside client has no kernel to show a card in: consent goes to the side panel (a browser
+        # session); a daemon client's origin ``daemon:NAME`` is also its client id (server/daemon_auth.py
+        # daemon_caller), so that client answers the cards over the daemon's RPC (no browser there)
+        originator = origin if origin.startswith("daemon:") else None
+        return GatewaySession(url="", token="", origin=origin, originator=originator,
+                              label=str(entry.get("label", "client"))[:64])
 
     async def aclose(self) -> None:
         self._sessions.clear()

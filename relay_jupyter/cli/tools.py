@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
                     "panel), audit. The token is shown once; only its SHA-256 digest is stored (0600).")
     token.add_argument("--notebook", metavar="PATH", help="the notebook (path under the Jupyter root) whose grant "
                                                           "the client gets")
+    token.add_argument("--client", metavar="NAME", help="instead of --notebook: the standalone daemon's client NAME "
+                                                        "(origin daemon:NAME, its grant; that client answers the "
+                                                        "consent cards over the daemon's RPC)")
     token.add_argument("--label", default="client", help="a name for the client (shown in --list)")
     token.add_argument("--days", type=float, default=30.0, help="days until the token expires (0: never)")
     token.add_argument("--url", default="http://127.0.0.1:8888/relay/mcp", help="the gateway URL to print")
@@ -94,13 +97,23 @@ def _cmd_mcp_token(args: argparse.Namespace) -> int:
             raise ConfigRefusal(Code.CONFIG_INVALID, "--revoke takes a digest prefix from --list (8+ hex digits) or all")
         print(f"revoked {gone} token(s)")
         return 0
-    if not args.notebook:
-        raise ConfigRefusal(Code.CONFIG_INVALID, "--notebook PATH is required (the notebook whose grant the client gets)")
-    notebook = args.notebook.strip().lstrip("/")
-    if not notebook or "\x00" in notebook or ".." in Path(notebook).parts or len(notebook) > 1024:
-        raise ConfigRefusal(Code.CONFIG_INVALID, "--notebook must be a path under the Jupyter root")
-    secret = mint_token(path, f"notebook:{notebook}", label=args.label, expires_in=args.days * 86400 or None)
-    print(f"token for notebook:{notebook} (shown once; relay keeps only its digest):\n{secret}\n")
+    if args.client is not None:
+        from ..server.daemon_auth import CLIENT_NAME
+
+        if args.notebook or not CLIENT_NAME.match(args.client):
+            raise ConfigRefusal(Code.CONFIG_INVALID, "--client takes a daemon client name ([A-Za-z0-9_.:-], up to 64), "
+                                                     "not with --notebook")
+        origin = f"daemon:{args.client}"
+    else:
+        if not args.notebook:
+            raise ConfigRefusal(Code.CONFIG_INVALID,
+                                "--notebook PATH is required (the notebook whose grant the client gets)")
+        notebook = args.notebook.strip().lstrip("/")
+        if not notebook or "\x00" in notebook or ".." in Path(notebook).parts or len(notebook) > 1024:
+            raise ConfigRefusal(Code.CONFIG_INVALID, "--notebook must be a path under the Jupyter root")
+        origin = f"notebook:{notebook}"
+    secret = mint_token(path, origin, label=args.label, expires_in=args.days * 86400 or None)
+    print(f"token for {origin} (shown once; relay keeps only its digest):\n{secret}\n")
     print(f'claude mcp add --transport http relay {args.url} --header "Authorization: Bearer {secret}"')
     return 0
 

@@ -29,6 +29,7 @@ from tornado import web
 from ..broker.anthropic_proxy import anthropic_error_body
 from ..broker.model_proxy import openai_error_body
 from ..broker.assembly import stop_components
+from ..broker.mcp_gateway import GatewayHandler, mcp_gateway_of
 from ..broker.broker import Broker
 from ..core.caller import Caller
 from .anthropic_endpoint import AnthropicEndpoint
@@ -298,6 +299,31 @@ class PlainOpenAIModelsHandler(_PlainOpenAI):
         await self.relay_models()
 
 
+class PlainGatewayHandler(GatewayHandler):
+    """``{prefix}mcp``: the gated MCP gateway (broker/mcp_gateway.py, docs/mcp.md) on the daemon. Not behind
+    ``resolve_caller``: like ``{base_url}relay/mcp`` in the Jupyter server it opens with a gateway token only
+    (``jupyter relay mcp-token``), never with the daemon token; its own 401, 400 (token in the URL), 403
+    (foreign ``Origin``). Told to ``activity`` like the other endpoints (a client calling tools keeps the
+    daemon from idling out)."""
+
+    def initialize(self, **_: Any) -> None:
+        self.gateway = mcp_gateway_of(self.settings["relay_broker"])
+
+    def prepare(self) -> None:
+        activity = self.settings.get("relay_activity")
+        if activity is not None:
+            activity.started(self)
+
+    def on_finish(self) -> None:
+        activity = self.settings.get("relay_activity")
+        if activity is not None:
+            activity.ended(self)
+
+    def on_connection_close(self) -> None:  # a client gone while its write waited for consent
+        self.on_finish()
+        super().on_connection_close()
+
+
 def _log_request(handler: web.RequestHandler) -> None:
     status = handler.get_status()
     level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
@@ -310,7 +336,8 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
              **settings: Any) -> web.Application:
     """A tornado Application serving ``rpc``, ``events``, ``healthz``, ``readyz``, ``metrics`` and the
     Anthropic-compatible ``anthropic/v1/...`` (``server/anthropic_endpoint.py``) and the OpenAI-compatible
-    ``openai/v1/...`` (``server/openai_endpoint.py``) under ``prefix``.
+    ``openai/v1/...`` (``server/openai_endpoint.py``) and the gated MCP gateway ``mcp`` (gateway tokens
+    only, not ``resolve_caller``: ``broker/mcp_gateway.py``) under ``prefix``.
 
     Args:
         broker: the broker the endpoints call.
@@ -330,6 +357,7 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
         (prefix + "anthropic/v1/models", PlainAnthropicModelsHandler),
         (prefix + "openai/v1/chat/completions", PlainOpenAIChatCompletionsHandler),
         (prefix + "openai/v1/models", PlainOpenAIModelsHandler),
+        (prefix + "mcp", PlainGatewayHandler),
         (r"/.*", PlainNotFoundHandler),
     ]
     settings.setdefault("log_function", _log_request)
