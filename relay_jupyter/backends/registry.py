@@ -36,6 +36,7 @@ __all__ = [
     "EndpointCheck",
     "OpenAISettings",
     "build_backends",
+    "build_upstream_backend",
     "key_env_names",
     "secret_env_names",
     "spec",
@@ -203,6 +204,29 @@ def build_backends(config: Any, keys: KeySource, check: EndpointCheck) -> dict[s
         if settings is not None:
             out[s.name] = s.factory(settings)
     return out
+
+
+def build_upstream_backend(name: str, config: Any, base_url: str, key: str | None) -> Backend:
+    """The backend ``name`` (``anthropic`` | ``openai``) over a given upstream: a profile's base URL and its key
+    (broker/profiles.py; the URL was checked by the endpoint policy at start). Same settings and factory as
+    :func:`build_backends`: the one way a backend is built.
+
+    Raises:
+        ConfigRefusal: NO_BACKEND (not a model wire), NO_CREDENTIALS (an Anthropic upstream without a key).
+    """
+    from ..core.errors import ConfigRefusal
+
+    allowed = _allowed(config)
+    models = {"models": allowed} if allowed else {}
+    if name == "anthropic":
+        if not key:
+            raise ConfigRefusal(Code.NO_CREDENTIALS, "no Anthropic API key for this upstream")
+        settings: _Settings = AnthropicSettings(api_key=SecretStr(key), base_url=base_url, **models)
+    elif name == "openai":
+        settings = OpenAISettings(base_url=base_url, api_key=SecretStr(key) if key else None, **models)
+    else:
+        raise ConfigRefusal(Code.NO_BACKEND, f"the {name!r} backend has no upstream URL")
+    return _BY_NAME[name].factory(settings)
 
 
 def fallback_backends() -> dict[str, Backend]:

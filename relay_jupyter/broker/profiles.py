@@ -26,12 +26,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..core.errors import Code, ConfigRefusal
+from ..protocol.models_runs import PROFILE_NAME_PATTERN
 
-__all__ = ["PROFILE_HEADER", "Profile", "Wire", "parse_profiles", "profile_rows"]
+__all__ = ["PROFILE_HEADER", "Profile", "Wire", "parse_profiles", "profile_rows", "run_backend"]
 
 #: The request header that selects a profile.
 PROFILE_HEADER = "x-relay-profile"
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+_NAME = re.compile(PROFILE_NAME_PATTERN)  # the same pattern as run.start's ``profile``
 Wire = Literal["anthropic", "openai"]
 
 
@@ -114,3 +115,57 @@ def profile_rows(config: Any) -> list[dict[str, Any]]:
                 "key": "present" if config.secrets_file and keys.get(entry) is not None else "missing"}
         rows.append(row)
     return rows
+
+
+def run_backend(broker: Any, origin: str, name: str, backend: str | None) -> tuple[str, Any]:
+    """``%%agent --profile NAME`` (``run.start``'s ``profile``): the backend name and the backend of the run,
+    built over the profile's upstream (its URL, its key from the secrets file only) by the backend registry,
+    once per (profile, backend) in the broker's life. ``backend``: the run's ``backend`` if it named one
+    (else the server's default when the profile has that wire, else the profile's Anthropic, else OpenAI URL).
+
+    Raises:
+        RoutingRefusal: NOT_FOUND, no such profile (the line names ``jupyter relay profiles list``).
+        GateRefusal: UNAUTHORIZED (no grant) or SCOPE_EXCEEDED (the grant does not list it): audited as tool
+            ``profile:<name>``.
+        ConfigRefusal: CONFIG_INVALID (the profile has no URL for the backend), NO_CREDENTIALS (no key).
+    """
+    import time
+
+    from ..backends.keys import KeySource
+    from ..backends.registry import build_upstream_backend
+    from ..core.errors import GateRefusal, RoutingRefusal
+    from ..core.types import AuditRecord
+    from ..mcp.policy import parse_insecure_endpoints
+
+    config = broker.config
+    profiles = parse_profiles(getattr(config, "profiles", {}) or {},
+                              parse_insecure_endpoints(config.allow_insecure_endpoints))
+    profile = profiles.get(name)
+    if profile is None:
+        raise RoutingRefusal(Code.NOT_FOUND, f"no profile named {name!r} is configured on this server "
+                             "(see `jupyter relay profiles list`)")
+    grant = broker.gate.grants.get(origin)
+    allowed = getattr(grant, "profiles", frozenset())
+    if grant is None or ("*" not in allowed and name not in allowed):
+        code = Code.UNAUTHORIZED if grant is None else Code.SCOPE_EXCEEDED
+        broker.audit.append(AuditRecord(ts=time.time(), origin=origin, tool=f"profile:{name}", decision="deny",
+                                        code=code.value, arguments={"purpose": "agent"}))
+        raise GateRefusal(code, "this notebook has no grant: connect it to relay first" if grant is None
+                          else f"the profile {name!r} is not in this notebook's grant")
+    if backend is None:
+        default = config.default_backend
+        backend = default if default in ("anthropic", "openai") and profile.url(default) else \
+            ("anthropic" if profile.anthropic_base_url else "openai")
+    if backend not in ("anthropic", "openai") or profile.url(backend) is None:  # type: ignore[arg-type]
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"the profile {name!r} has no {backend}_base_url")
+    cache = broker.runs.profile_backends
+    built = cache.get((name, backend))
+    if built is None:
+        entry = profile.key_entry(name, backend)  # type: ignore[arg-type]
+        key = KeySource({}, config.secrets_file, env={}).get(entry)  # the secrets file only
+        if key is None and backend == "anthropic":
+            raise ConfigRefusal(Code.NO_CREDENTIALS, f"the profile {name!r} has no key: put it in the relay "
+                                f"secrets file (mode 0600) as {entry!r}")
+        built = cache[(name, backend)] = build_upstream_backend(
+            backend, config, profile.url(backend), key.reveal() if key is not None else None)  # type: ignore[arg-type]
+    return backend, built

@@ -2,8 +2,8 @@
 
 Syntax::
 
-    %%agent [--model M] [--backend anthropic|openai|demo] [--engine relay|claude-code] [--chat NAME] [--new]
-            [--mode ask|review|full]
+    %%agent [--model M] [--backend anthropic|openai|demo] [--engine relay|claude-code] [--profile NAME]
+            [--chat NAME] [--new] [--mode ask|review|full]
             [--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg]
     <prompt>
 
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import shlex
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from traitlets import Bool, Enum, Float, List, Unicode
 
-from ..protocol.run_choices import BACKEND_NAMES, ENGINE_NAMES
+from ..protocol.run_choices import BACKEND_NAMES, ENGINE_NAMES, PROFILE_NAME_PATTERN
 from .consent import SURFACES, ConsentPolicy
 from .conversations import valid_chat_name
 from .errors import AgentError, AgentUsageError
@@ -32,7 +33,7 @@ from .session import RunOptions, Session
 
 __all__ = ["USAGE", "AgentMagics", "parse_line", "run_cell_async"]
 
-USAGE = (f"usage: %%agent [--model M] [--backend {'|'.join(BACKEND_NAMES)}] [--engine {'|'.join(ENGINE_NAMES)}] [--chat NAME] [--new] [--mode ask|review|full] "
+USAGE = (f"usage: %%agent [--model M] [--backend {'|'.join(BACKEND_NAMES)}] [--engine {'|'.join(ENGINE_NAMES)}] [--profile NAME] [--chat NAME] [--new] [--mode ask|review|full] "
          "[--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg]")
 
 
@@ -60,6 +61,7 @@ def _build_parser() -> _Parser:
     parser.add_argument("--model")
     parser.add_argument("--backend", choices=BACKEND_NAMES)
     parser.add_argument("--engine", choices=ENGINE_NAMES)
+    parser.add_argument("--profile")
     parser.add_argument("--chat", default="default")
     parser.add_argument("--new", action="store_true")
     parser.add_argument("--mode", choices=("ask", "review", "full"))
@@ -107,7 +109,11 @@ def parse_line(line: str, body: str = "", *, cell_id: str | None = None) -> RunO
             raise AgentUsageError(f"%%agent: --var {name!r} is not a variable name")
     if args.model is not None and not args.model.strip():
         raise AgentUsageError("%%agent: --model is empty")
-    return RunOptions(prompt=prompt, model=args.model, backend=args.backend, engine=args.engine, chat=args.chat,
+    if args.profile is not None and not re.match(PROFILE_NAME_PATTERN, args.profile):
+        raise AgentUsageError(f"%%agent: --profile {args.profile[:40]!r} is not a profile name (1-32 of letters, "
+                              "digits, _ -; see `jupyter relay profiles list`)")
+    return RunOptions(prompt=prompt, model=args.model, backend=args.backend, engine=args.engine,
+                      profile=args.profile, chat=args.chat,
                       new=args.new,
                       mode=args.mode, max_tokens=args.max_tokens, tools=tools, variables=variables,
                       background=args.bg, cell_id=cell_id)

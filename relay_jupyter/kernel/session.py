@@ -60,6 +60,8 @@ class RunOptions:
     backend: str | None = None
     engine: str | None = None
     """``--engine``: what drives the run (None: the server's ``default_engine``)."""
+    profile: str | None = None
+    """``--profile``: a named upstream of the server (``c.RelayApp.profiles``); None: the server's own."""
     chat: str = "default"
     new: bool = False
     mode: str | None = None
@@ -350,8 +352,8 @@ class Session:
         params: wire.RunStartParams = {"conversation": chat.conversation, "prompt": opts.prompt,
                                        "attachments": attachments, "model": opts.model or self.default_model,
                                        "backend": opts.backend or self.default_backend, "engine": opts.engine,
-                                       "mode": cast(Any, opts.mode), "max_tokens": opts.max_tokens,
-                                       "tools": opts.tools}
+                                       "profile": opts.profile, "mode": cast(Any, opts.mode),
+                                       "max_tokens": opts.max_tokens, "tools": opts.tools}
         started = cast(wire.RunStartResult, await client.call(
             Method.RUN_START, {k: v for k, v in params.items() if v is not None}))
         run_id = str((started or {}).get("run_id"))

@@ -328,6 +328,7 @@ class RunStartParams(TypedDict):
     model: NotRequired[str | None]
     backend: NotRequired[str | None]
     engine: NotRequired[str | None]
+    profile: NotRequired[str | None]
     mode: NotRequired[Literal["ask", "review", "full"]]
     max_tokens: NotRequired[int | None]
     tools: NotRequired[list[str] | None]

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from .run_choices import BackendName, EngineName
+from .run_choices import PROFILE_NAME_PATTERN, BackendName, EngineName
 from .strict import Strict
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "ConversationsDeleteResult",
     "MAX_PROMPT_CHARS",
     "CONVERSATION_NAME_PATTERN",
+    "PROFILE_NAME_PATTERN",
     "ConversationName",
     "BackendName",
     "EngineName",
@@ -60,6 +61,9 @@ class RunStartParams(_Strict):
     """Default: the server's ``default_backend``."""
     engine: EngineName | None = None
     """What drives the run (``docs/engines.md``); default: the server's ``default_engine``."""
+    profile: str | None = Field(None, pattern=PROFILE_NAME_PATTERN)
+    """A named upstream (``c.RelayApp.profiles``, docs/proxy.md) the run's model requests go to; the grant
+    must list it. Default: the broker's own backends."""
     mode: Literal["ask", "review", "full"] = "ask"
     max_tokens: int | None = Field(None, ge=1, le=128_000)
     tools: list[str] | None = Field(None, max_length=500)

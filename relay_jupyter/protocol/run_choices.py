@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["BACKEND_NAMES", "BackendName", "ENGINE_NAMES", "EngineName"]
+__all__ = ["BACKEND_NAMES", "BackendName", "ENGINE_NAMES", "EngineName", "PROFILE_NAME_PATTERN"]
 
 #: The model backends, in the registry's order.
 BackendName = Literal["anthropic", "openai", "demo"]
@@ -19,3 +19,7 @@ BACKEND_NAMES: tuple[str, ...] = get_args(BackendName)
 #: claude-agent-sdk, an optional extra). Declared in ``engines/registry.py``.
 EngineName = Literal["relay", "claude-code"]
 ENGINE_NAMES: tuple[str, ...] = get_args(EngineName)
+
+#: The one pattern of a profile name (``c.RelayApp.profiles``, broker/profiles.py; ``run.start``'s ``profile``;
+#: ``%%agent --profile``).
+PROFILE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"

@@ -75,6 +75,8 @@ class RunParams:
     max_tokens: int | None = None
     tools: Sequence[str] | None = None
     """Tool names offered to the model (None = every tool the providers offer)."""
+    profile: str | None = None
+    """``%%agent --profile``: the run's backend is the profile's (:attr:`RunManager.profile_backends`)."""
 
 
 @dataclass
@@ -136,6 +138,8 @@ class RunManager:
         """The tool sources of every run and ``tools.call`` (the broker sets its live list,
         ``broker/tool_sources.ToolSources``, read at each run start)."""
         self.backends = dict(backends)
+        self.profile_backends: dict[tuple[str, str], Backend] = {}
+        """(profile, backend) -> the backend over that profile's upstream (broker/profiles.run_backend)."""
         self.engines: dict[str, RunEngine] = {"relay": RelayLoopEngine(self), **(engines or {})}
         self.config = config or RuntimeConfig()
         self.ask_consent = consent if consent is not None else StaticConsent(
@@ -183,6 +187,7 @@ class RunManager:
             self.journal.run_started(run_id, ctx.origin, ctx.conversation,
                                      {"model": params.model, "backend": params.backend, "engine": params.engine,
                                       "mode": tool_ctx.mode.value,
+                                      **({"profile": params.profile} if params.profile else {}),
                                       "originator": ctx.client_id})
         except BaseException:
             self._forget(run)
@@ -194,6 +199,12 @@ class RunManager:
         # a task cancelled before its first step never runs _main: still end the run exactly once
         run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))
         return run_id
+
+    def backend_for(self, params: RunParams) -> Backend | None:
+        """The run's backend: its profile's when it names one, else the broker's own."""
+        if params.profile is not None:
+            return self.profile_backends.get((params.profile, params.backend))
+        return self.backends.get(params.backend)
 
     def busy(self, conversation: str) -> bool:
         """True while ``conversation`` has an active run."""
@@ -295,7 +306,7 @@ class RunManager:
                          state=run, steps=lambda: run.steps, step=step, save=lambda: self._save(run),
                          settled=lambda reservation, turn, ended: record_turn(
                              self.telemetry, run.run_id, run.ctx.conversation, run.params.model, reservation,
-                             turn, ended))
+                             turn, ended, profile=run.params.profile))
 
     async def _main(self, run: _Run, engine: RunEngine) -> None:
         terminal, data, state = EventType.DONE, {}, "done"
@@ -465,7 +476,10 @@ class RunManager:
         run = self._runs.get(ctx.run_id or "")
         backend_name = self.config.review_backend or (run.params.backend if run else None)
         model = self.config.review_model or (run.params.model if run else "")
-        backend = self.backends.get(backend_name) if backend_name else None
+        if self.config.review_backend or run is None:
+            backend = self.backends.get(backend_name) if backend_name else None
+        else:  # the run's own backend (its profile's, for a profile run)
+            backend = self.backend_for(run.params)
 
         def record(request: Any, verdict: dict[str, Any]) -> None:
             self._emit_for(EventType.REVIEW, {"call_id": request.request.call_id, **verdict}, ctx)
@@ -495,7 +509,7 @@ class _GateMeter:
 
 
 def record_turn(telemetry: Any, run_id: str, conversation: str, model: str, reservation: Any,
-                turn: TurnResult, ended: BaseException | None) -> None:
+                turn: TurnResult, ended: BaseException | None, *, profile: str | None = None) -> None:
     """The telemetry row of one settled model turn of a run (core/telemetry.py; never raises)."""
     if telemetry is None:
         return
@@ -521,7 +535,7 @@ def record_turn(telemetry: Any, run_id: str, conversation: str, model: str, rese
             reservation, model=model, source="agent", status=status, latency_ms=(now - started) * 1000.0,
             ttft_ms=None if turn.first_event_at is None else (turn.first_event_at - started) * 1000.0,
             session=session_id_for(name) if isinstance(name, str) and name else None,
-            run_id=run_id if safe_session_id(run_id) else None,
+            run_id=run_id if safe_session_id(run_id) else None, profile=profile,
             error_code=code if isinstance(code, str) else ("CANCELLED" if status == "cancelled" else None))
     except Exception:  # noqa: BLE001 - a telemetry bug must never end a run
         log.exception("relay telemetry: recording a turn failed")

@@ -43,7 +43,7 @@ class RelayLoopEngine:
 
     def check(self, params: RunParams) -> None:
         backends = self._manager.backends
-        backend = backends.get(params.backend)
+        backend = self._manager.backend_for(params)
         if backend is None:
             raise ConfigRefusal(Code.NO_BACKEND, f"no backend named {params.backend!r} is configured "
                                 f"(available: {', '.join(sorted(backends)) or 'none'})")
@@ -52,7 +52,9 @@ class RelayLoopEngine:
                                 f"model {params.model!r} is not allowed for backend {params.backend!r}")
 
     async def drive(self, run: EngineRun) -> None:
-        await relay_loop(run, self._manager.backends[run.params.backend], self._manager.providers)
+        backend = self._manager.backend_for(run.params)
+        assert backend is not None  # check() ran at start
+        await relay_loop(run, backend, self._manager.providers)
 
 
 async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolSource]) -> None:
@@ -74,7 +76,8 @@ async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolS
         specs = offered(run.gate, ctx.origin, index)
         # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
         estimate = estimates.request(cfg.system_prompt, messages, specs, max_tokens)
-        reservation = run.gate.begin_completion(ctx.origin, params.model, estimate=estimate, run=budget)
+        reservation = run.gate.begin_completion(ctx.origin, params.model, estimate=estimate, run=budget,
+                                                purpose=f"agent:{params.profile}" if params.profile else None)
         turn = state.current = TurnResult()
         coalescer = Coalescer(run.text, interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
         ended: BaseException | None = None

@@ -61,7 +61,13 @@ async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
         raise GateRefusal(Code.SCOPE_EXCEEDED, refused, data={"mode": params.mode})
     backend = params.backend or broker.config.default_backend
     engine = params.engine or broker.config.default_engine
-    if engine == "relay" and backend not in runs.backends:
+    if params.profile is not None:  # %%agent --profile: the run's backend over the profile's upstream
+        if engine != "relay":
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"a profile applies to the relay engine only, not {engine!r}")
+        from ..profiles import run_backend
+
+        backend, _ = run_backend(broker, origin, params.profile, params.backend)
+    elif engine == "relay" and backend not in runs.backends:
         declared = backend_spec(backend)  # the registry's one-line hint for a known, unconfigured backend
         raise ConfigRefusal(declared.missing_code if declared else Code.NO_BACKEND,
                             declared.missing_hint if declared else f"no backend named {backend!r}")
@@ -70,7 +76,7 @@ async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
     run_id = await runs.start(ctx, RunParams(
         prompt=params.prompt, model=params.model or broker.config.default_model, backend=backend,
         attachments=[a.model_dump() for a in params.attachments], mode=PermissionMode(params.mode),
-        max_tokens=params.max_tokens, tools=params.tools, engine=engine))
+        max_tokens=params.max_tokens, tools=params.tools, engine=engine, profile=params.profile))
     return RunStartResult(run_id=run_id)
 
 
