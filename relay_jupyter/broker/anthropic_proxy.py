@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.budgets import estimate_request
+from ..core.budgets import RunBudget, estimate_request
 from ..core.errors import Code, GateRefusal
 from .model_proxy import (
     MAX_BODY_BYTES,
@@ -149,8 +149,11 @@ class AnthropicProxy(GatedProxy):
 
     # -- requests ----------------------------------------------------------------------------------
     async def messages(self, origin: str, body: bytes, query: Mapping[str, str],
-                       client_headers: Mapping[str, str], *, count_tokens: bool = False) -> ProxyResponse:
-        """Gate and forward one ``/v1/messages`` (or ``/count_tokens``) request.
+                       client_headers: Mapping[str, str], *, count_tokens: bool = False,
+                       run: RunBudget | None = None) -> ProxyResponse:
+        """Gate and forward one ``/v1/messages`` (or ``/count_tokens``) request. ``run``: the caps of the run
+        the request belongs to (an engine's, broker/engine_endpoint.py): its steps and reserved/used tokens are
+        counted, and a request that would pass ``max_steps_per_run`` or ``max_tokens_per_run`` is refused.
 
         Raises:
             ProxyError: a refusal or upstream failure, to be answered as an Anthropic error body.
@@ -189,11 +192,11 @@ class AnthropicProxy(GatedProxy):
         # the session and lineage (pure hashing; stored by _forward only once the answer completed)
         sessions = getattr(self.broker, "sessions", None)
         observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
-        reservation = self._reserve(origin, model, estimate, profile)
+        reservation = self._reserve(origin, model, estimate, profile, run=run)
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
                                    _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
                                                    tool_filter=_tool_filter(self._tool_policy(origin, model))),
-                                   observed=observed, profile=profile)
+                                   observed=observed, profile=profile, run=run)
 
     async def models(self, origin: str, query: Mapping[str, str], client_headers: Mapping[str, str]
                      ) -> ProxyResponse:

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,7 +32,6 @@ from tornado.web import RequestHandler
 
 from ..core.budgets import RunBudget
 from ..core.errors import GateRefusal
-from ..core.types import AuditRecord
 from .anthropic_proxy import MAX_BODY_BYTES, AnthropicProxy, ProxyError, anthropic_error_body
 
 __all__ = ["EngineEndpoint", "EngineSession"]
@@ -54,8 +51,9 @@ class EngineSession:
     requests: int = 0
     refusals: int = 0
     run_budget: RunBudget | None = None
-    """The grant's per-run caps (``max_steps_per_run``), counted here per model request of the run: the
-    proxy serves many clients and knows no run, so the caps of *this* run are applied before it forwards."""
+    """The grant's per-run caps (``max_steps_per_run``, ``max_tokens_per_run``) of this run: the proxy serves
+    many clients and knows no run, so this endpoint hands them to it with every request of the run (each
+    request's reservation is checked against the tokens the run used, its charge is counted in)."""
 
 
 class EngineEndpoint:
@@ -133,14 +131,6 @@ class EngineEndpoint:
             self._server.stop()
             self._server, self._port = None, None
         await self.proxy.aclose()
-
-
-def _model_of(body: bytes) -> str:
-    try:
-        model = json.loads(body).get("model")
-    except (ValueError, AttributeError):
-        return "unknown"
-    return model[:200] if isinstance(model, str) and model else "unknown"
 
 
 def _presented(headers: Any) -> str:
@@ -230,38 +220,16 @@ class _Base(RequestHandler):
         except StreamClosedError:
             pass
 
-    def _run_step(self) -> None:
-        """Count one model request against the run's caps from the *live* grant (a grant narrowed mid-run
-        binds at the next request), before anything is forwarded; a refusal is audited like the gate's.
-
-        Raises:
-            ProxyError: ``BUDGET_EXCEEDED`` past ``max_steps_per_run``.
-        """
-        session = self.session
-        assert session is not None
-        budget = session.run_budget
-        if budget is None:
-            return
-        grant = self.endpoint.broker.gate.grants.get(session.origin)
-        if grant is not None:
-            budget.narrow_to(grant.budget.max_steps_per_run, grant.budget.max_tokens_per_run)
-        try:
-            budget.step()
-        except GateRefusal as exc:
-            model = _model_of(self.request.body)
-            self.endpoint.broker.audit.append(AuditRecord(
-                ts=time.time(), origin=session.origin, tool="model:" + model, decision="deny",
-                code=exc.code.value, run_id=session.run_id,
-                arguments={"purpose": "proxy", "limit": "max_steps_per_run"}))
-            raise ProxyError(429, "rate_limit_error", exc.message, code=exc.code.value, retry=False) from None
-
     async def _messages(self, count_tokens: bool) -> None:
         assert self.session is not None
         try:
-            if not count_tokens:
-                self._run_step()
+            # the run's caps go with the request: the gate narrows them to the live grant (a grant narrowed
+            # mid-run binds at the next request), refuses a request past max_steps_per_run or one whose
+            # reservation would pass max_tokens_per_run (BUDGET_EXCEEDED, audited, nothing forwarded), and
+            # the settlement counts the tokens charged into the run, as for the built-in loop
             response = await self.endpoint.proxy.messages(self.session.origin, self.request.body, self._query(),
-                                                          self._client_headers(), count_tokens=count_tokens)
+                                                          self._client_headers(), count_tokens=count_tokens,
+                                                          run=None if count_tokens else self.session.run_budget)
         except ProxyError as exc:
             await self._refused(exc)
             return

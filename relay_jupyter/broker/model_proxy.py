@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.budgets import RequestEstimate, Reservation
+from ..core.budgets import RequestEstimate, Reservation, RunBudget
 from ..core.errors import Code, GateRefusal
 from ..core.redact import mask_secret_text
 from ..core.types import Usage
@@ -427,10 +427,13 @@ class GatedProxy:
 
         return ToolPolicy(frozenset(allowed), refused)
 
-    def _reserve(self, origin: str, model: str, estimate: RequestEstimate, profile: str | None = None) -> Reservation:
+    def _reserve(self, origin: str, model: str, estimate: RequestEstimate, profile: str | None = None, *,
+                 run: RunBudget | None = None) -> Reservation:
+        """``run``: the caps of the one run this request belongs to (an engine's run, broker/engine_endpoint.py):
+        the gate checks its step and token caps with the reservation, as for the built-in loop."""
         purpose = "proxy" if profile is None else f"proxy:{profile}"  # the audit names the profile used
         try:
-            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose=purpose)
+            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose=purpose, run=run)
         except GateRefusal as exc:
             raise refusal(exc) from None
 
@@ -479,7 +482,8 @@ class GatedProxy:
 
     async def _forward(self, url: str, body: bytes, params: Mapping[str, str], headers: Mapping[str, str],
                        key: Any, reservation: Reservation | None, model: str | None, meter: Meter | None,
-                       *, observed: Any = None, profile: str | None = None) -> ProxyResponse:
+                       *, observed: Any = None, profile: str | None = None,
+                       run: RunBudget | None = None) -> ProxyResponse:
         """POST ``body`` upstream and answer with what comes back; ``meter`` None: forwarded unmetered
         (``count_tokens``). A metered request leaves a telemetry row (:meth:`_record`); ``observed`` is its
         session and lineage (``broker/sessions.Observation``), committed only when the answer completed."""
@@ -491,7 +495,7 @@ class GatedProxy:
         try:
             resp = await client.send(request, stream=True)
         except httpx2.HTTPError as exc:
-            self._settle(reservation, model, None, "not_started", 0)
+            self._settle(reservation, model, None, "not_started", 0, run)
             failure = self._unreachable(exc)
             self._record(reservation, model, "error", started, None, observed, failure.code, profile)
             raise failure from None
@@ -501,7 +505,7 @@ class GatedProxy:
                 raw = await resp.aread()
             finally:
                 await resp.aclose()
-            self._settle(reservation, model, None, "refused", 0)
+            self._settle(reservation, model, None, "refused", 0, run)
             self._record(reservation, model, "upstream_error", started, None, observed,
                          f"HTTP_{resp.status_code}" if 100 <= resp.status_code < 1000 else None, profile)
             return ProxyResponse(resp.status_code, returned, once(self._masked(raw[:MAX_BODY_BYTES], key)))
@@ -544,7 +548,7 @@ class GatedProxy:
                 await resp.aclose()
                 if used is not None:
                     self._settle(reservation, model, used.usage, outcome,
-                                 streamed or used.streamed_chars // 3)
+                                 streamed or used.streamed_chars // 3, run)
                     self._record(reservation, model, "ok" if outcome == "complete" else "interrupted", started,
                                  first_at, observed, code, profile)
                 log.debug("relay proxy: %s %s in %.3f s (%s)", model, outcome, time.monotonic() - started,
@@ -553,12 +557,12 @@ class GatedProxy:
         return ProxyResponse(200, returned, chunks(), streaming=sse)
 
     def _settle(self, reservation: Reservation | None, model: str | None, usage: Usage | None, outcome: str,
-                streamed: int) -> None:
+                streamed: int, run: RunBudget | None = None) -> None:
         if reservation is None or model is None:
             return
         try:
             self.broker.gate.settle_completion(reservation, model, usage if usage and usage.total else None,
-                                               outcome=outcome, streamed_output_tokens=streamed)
+                                               outcome=outcome, streamed_output_tokens=streamed, run=run)
         except Exception:  # noqa: BLE001 - settling must never break the answer; the ledger keeps the hold
             log.exception("relay proxy: settling a request failed")
 
