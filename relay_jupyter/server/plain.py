@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 from tornado import web
 
 from ..broker.anthropic_proxy import anthropic_error_body
+from ..broker.model_proxy import MAX_BODY_BYTES as MODEL_MAX_BODY_BYTES
 from ..broker.model_proxy import openai_error_body
 from ..broker.assembly import stop_components
 from ..broker.mcp_gateway import GatewayHandler, mcp_gateway_of
@@ -223,6 +225,29 @@ class PlainMetricsHandler(_PlainAuth, MetricsEndpoint):
         self.relay_get()
 
 
+@web.stream_request_body
+class PlainKernelHandler(_PlainAuth):
+    """``POST {prefix}kernel``: a kernel obtains its daemon credential and origin (``settings["relay_kernels"]``,
+    :class:`.daemon_auth.KernelRegistry`; 404 where there is none). Bodiless: the kernel's claim, if any, is
+    the ``X-Relay-Notebook`` header; a body is never buffered."""
+
+    relay_endpoint = "kernel"
+
+    def data_received(self, chunk: bytes) -> None:
+        return None  # nothing to read: never buffer a body here
+
+    async def post(self) -> None:
+        if self.relay_refused or self._finished:
+            return
+        kernels = self.settings.get("relay_kernels")
+        if kernels is None:
+            raise web.HTTPError(404)
+        answer = kernels.register(self)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(answer))
+
+
 class PlainNotFoundHandler(_PlainAuth):
     """Any other path: authenticated like the endpoints, then 404."""
 
@@ -232,7 +257,64 @@ class PlainNotFoundHandler(_PlainAuth):
             raise web.HTTPError(404)
 
 
-class _PlainModelKey:
+class _EarlyBody:
+    """The body of a daemon endpoint read only once its caller is known (``@web.stream_request_body`` on the
+    concrete class; red team, tests/attack/test_preauth_body.py): tornado buffers a plain handler's whole body
+    (up to 100 MB) before ``prepare`` runs, so a client without the token could make the daemon hold 100 MB
+    per connection. An unauthenticated body is never buffered (a small declared one is read and dropped so
+    the connection stays usable, as the RPC endpoint does); an authenticated one is capped at
+    ``relay_body_limit`` while it arrives (413)."""
+
+    relay_body_limit = 1 << 20
+    _relay_chunks: list[bytes] | None = None
+    _relay_size = 0
+    _relay_deferred: tuple[int, bytes, tuple[tuple[str, str], ...]] | None = None
+
+    def relay_refuse(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...]) -> None:
+        self.relay_refused = True  # type: ignore[attr-defined]
+        request = self.request  # type: ignore[attr-defined]
+        length = request.headers.get("Content-Length", "")
+        if (request.method == "POST" and length.isascii() and length.isdigit()
+                and int(length) <= self.relay_broker_body_bytes() and "Transfer-Encoding" not in request.headers):
+            self._relay_deferred = (status, body, headers)
+            return
+        answer_exactly(self, status, body, headers)  # type: ignore[arg-type]
+
+    def relay_broker_body_bytes(self) -> int:
+        return int(self.settings["relay_broker"].config.max_body_bytes)  # type: ignore[attr-defined]
+
+    def relay_accept_body(self) -> None:
+        """Call at the end of ``prepare`` once the caller is known: buffer from now on."""
+        if not self._finished and not getattr(self, "relay_refused", False):  # type: ignore[attr-defined]
+            self._relay_chunks = []
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._relay_chunks is None or self._finished:  # type: ignore[attr-defined]
+            return  # never buffer an unauthenticated body
+        self._relay_size += len(chunk)
+        if self._relay_size > self.relay_body_limit:
+            self._relay_chunks = None
+            self.relay_too_large()
+            return
+        self._relay_chunks.append(chunk)
+
+    def relay_too_large(self) -> None:
+        answer_exactly(self, 413, b'{"message": "the request body is too large"}',  # type: ignore[arg-type]
+                       (("Content-Type", "application/json"),))
+
+    def relay_body_ready(self) -> bool:
+        """Call first in the verb: answers a deferred refusal (False), else puts the body in ``request.body``."""
+        if self._relay_deferred is not None:
+            answer_exactly(self, *self._relay_deferred)  # type: ignore[arg-type]
+            return False
+        if self._finished or self._relay_chunks is None:  # type: ignore[attr-defined]
+            return False
+        self.request.body = b"".join(self._relay_chunks)  # type: ignore[attr-defined]
+        self._relay_chunks = []
+        return True
+
+
+class _PlainModelKey(_EarlyBody):
     """What the daemon's two model endpoints share: the daemon token may come as the SDK's API key
     (``x-api-key``, or ``Authorization: Bearer``), and a refusal is the endpoint's own 401 shape (the same
     bytes for a missing and a wrong token). Placed before the endpoint class in the bases."""
@@ -251,7 +333,12 @@ class _PlainModelKey:
             request.headers["Authorization"] = f"Bearer {key}"
         await super().prepare()  # type: ignore[misc]
         if not self.relay_refused:  # type: ignore[attr-defined]
-            self.check_body_size()  # type: ignore[attr-defined]
+            if self.check_body_size():  # type: ignore[attr-defined]
+                self.relay_accept_body()
+
+    def relay_too_large(self) -> None:
+        self._refuse_early(413, "request_too_large",  # type: ignore[attr-defined]
+                           f"the request body is over {self.relay_body_limit} bytes")
 
 
 class _PlainAnthropic(_PlainModelKey, AnthropicEndpoint, _PlainAuth):
@@ -259,19 +346,24 @@ class _PlainAnthropic(_PlainModelKey, AnthropicEndpoint, _PlainAuth):
 
     relay_endpoint = "anthropic"
     relay_error_body = staticmethod(anthropic_error_body)
+    relay_body_limit = MODEL_MAX_BODY_BYTES
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         AnthropicEndpoint.write_error(self, status_code, **kwargs)
 
 
+@web.stream_request_body
 class PlainAnthropicMessagesHandler(_PlainAnthropic):
     async def post(self) -> None:
-        await self.relay_messages()
+        if self.relay_body_ready():
+            await self.relay_messages()
 
 
+@web.stream_request_body
 class PlainAnthropicCountTokensHandler(_PlainAnthropic):
     async def post(self) -> None:
-        await self.relay_messages(count_tokens=True)
+        if self.relay_body_ready():
+            await self.relay_messages(count_tokens=True)
 
 
 class PlainAnthropicModelsHandler(_PlainAnthropic):
@@ -284,14 +376,17 @@ class _PlainOpenAI(_PlainModelKey, OpenAIEndpoint, _PlainAuth):
 
     relay_endpoint = "openai"
     relay_error_body = staticmethod(openai_error_body)
+    relay_body_limit = MODEL_MAX_BODY_BYTES
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         OpenAIEndpoint.write_error(self, status_code, **kwargs)
 
 
+@web.stream_request_body
 class PlainOpenAIChatCompletionsHandler(_PlainOpenAI):
     async def post(self) -> None:
-        await self.relay_chat_completions()
+        if self.relay_body_ready():
+            await self.relay_chat_completions()
 
 
 class PlainOpenAIModelsHandler(_PlainOpenAI):
@@ -299,7 +394,8 @@ class PlainOpenAIModelsHandler(_PlainOpenAI):
         await self.relay_models()
 
 
-class PlainGatewayHandler(GatewayHandler):
+@web.stream_request_body
+class PlainGatewayHandler(_EarlyBody, GatewayHandler):
     """``{prefix}mcp``: the gated MCP gateway (broker/mcp_gateway.py, docs/mcp.md) on the daemon. Not behind
     ``resolve_caller``: like ``{base_url}relay/mcp`` in the Jupyter server it opens with a gateway token only
     (``jupyter relay mcp-token``), never with the daemon token; its own 401, 400 (token in the URL), 403
@@ -313,6 +409,31 @@ class PlainGatewayHandler(GatewayHandler):
         activity = self.settings.get("relay_activity")
         if activity is not None:
             activity.started(self)
+        if self.request.method != "POST":
+            return
+        # the body is buffered only for a gateway token (_EarlyBody); without one a small declared body is
+        # read and dropped and post() gives the usual 400/403/401, anything else is refused now, unread
+        scheme, _, value = self.request.headers.get("Authorization", "").partition(" ")
+        if self.gateway.authenticate(value.strip() if scheme.lower() == "bearer" else "") is not None:
+            self.relay_accept_body()
+            return
+        length = self.request.headers.get("Content-Length", "")
+        if not (length.isascii() and length.isdigit() and int(length) <= self.relay_body_limit
+                and "Transfer-Encoding" not in self.request.headers):
+            self._session()
+
+    def relay_too_large(self) -> None:
+        self._refuse(413, b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": '
+                          b'"the body is over %d bytes"}}' % self.relay_body_limit)
+
+    async def post(self) -> None:
+        if self._finished:  # refused while the body arrived (413)
+            return
+        if self._relay_chunks is None:
+            self.request.body = b""  # an unauthenticated body was dropped: _session() refuses it
+        elif not self.relay_body_ready():
+            return
+        await super().post()
 
     def on_finish(self) -> None:
         activity = self.settings.get("relay_activity")
@@ -352,6 +473,7 @@ def make_app(broker: Broker, resolve_caller: ResolveCaller, *, prefix: str = "/r
         (prefix + "healthz", PlainHealthzHandler),
         (prefix + "readyz", PlainReadyzHandler),
         (prefix + "metrics", PlainMetricsHandler),
+        (prefix + "kernel", PlainKernelHandler),
         (prefix + "anthropic/v1/messages", PlainAnthropicMessagesHandler),
         (prefix + "anthropic/v1/messages/count_tokens", PlainAnthropicCountTokensHandler),
         (prefix + "anthropic/v1/models", PlainAnthropicModelsHandler),
