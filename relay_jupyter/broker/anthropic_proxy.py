@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.budgets import RunBudget, estimate_request
+from ..core.budgets import RequestEstimate, RunBudget, estimate_request
 from ..core.errors import Code, GateRefusal
 from .model_proxy import (
     MAX_BODY_BYTES,
@@ -54,6 +54,9 @@ __all__ = ["MAX_BODY_BYTES", "MAX_SSE_EVENT_BYTES", "AnthropicProxy", "ProxyErro
            "anthropic_error_body"]
 
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
+#: The smallest ``max_tokens`` an engine's request is lowered to (see :meth:`AnthropicProxy.messages`): below it
+#: the request is refused instead (a spent run budget), as an answer that short is of no use to an agent.
+MIN_FITTED_OUTPUT = 1024
 DEFAULT_VERSION = "2023-06-01"
 # request headers forwarded upstream; everything else of the client's request stays in the broker
 _FORWARDED = ("anthropic-version", "anthropic-beta", "accept")
@@ -189,10 +192,21 @@ class AnthropicProxy(GatedProxy):
         estimate = estimate_request(json_text(system or ""), [m if isinstance(m, Mapping) else {"content": m}
                                                               for m in messages],
                                     [t if isinstance(t, Mapping) else {"tool": t} for t in tools], max_tokens)
+        asked = max_tokens
+        if run is not None:
+            # an engine's run (the claude CLI asks max_tokens 32000 at every request, most of it never used):
+            # lower max_tokens to what the run's token cap and the day budgets still leave after this input,
+            # so the reservation fits and the run is refused only when not even MIN_FITTED_OUTPUT would fit.
+            # The reservation below still checks every limit: a fitted request is never over a budget.
+            room = self.broker.gate.completion_room(origin, model, estimate.input_tokens, run=run)
+            if room is not None and MIN_FITTED_OUTPUT <= room < max_tokens:
+                max_tokens = message["max_tokens"] = room
+                body = json.dumps(message, ensure_ascii=False).encode()
+                estimate = RequestEstimate(estimate.input_tokens, max_tokens)
         # the session and lineage (pure hashing; stored by _forward only once the answer completed)
         sessions = getattr(self.broker, "sessions", None)
         observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
-        reservation = self._reserve(origin, model, estimate, profile, run=run)
+        reservation = self._reserve(origin, model, estimate, profile, run=run, asked_output=asked)
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
                                    _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
                                                    tool_filter=_tool_filter(self._tool_policy(origin, model))),

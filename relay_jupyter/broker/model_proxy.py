@@ -428,12 +428,14 @@ class GatedProxy:
         return ToolPolicy(frozenset(allowed), refused)
 
     def _reserve(self, origin: str, model: str, estimate: RequestEstimate, profile: str | None = None, *,
-                 run: RunBudget | None = None) -> Reservation:
+                 run: RunBudget | None = None, asked_output: int | None = None) -> Reservation:
         """``run``: the caps of the one run this request belongs to (an engine's run, broker/engine_endpoint.py):
-        the gate checks its step and token caps with the reservation, as for the built-in loop."""
+        the gate checks its step and token caps with the reservation, as for the built-in loop. ``asked_output``:
+        the client's own ``max_tokens`` when relay lowered it to fit the budgets (audited)."""
         purpose = "proxy" if profile is None else f"proxy:{profile}"  # the audit names the profile used
         try:
-            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose=purpose, run=run)
+            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose=purpose, run=run,
+                                                     asked_output=asked_output)
         except GateRefusal as exc:
             raise refusal(exc) from None
 

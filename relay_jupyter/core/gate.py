@@ -216,7 +216,7 @@ class Gate:
 
     def begin_completion(self, origin: str, model: str, *, estimated_tokens: int | None = None,
                          estimate: RequestEstimate | None = None, run: RunBudget | None = None,
-                         purpose: str | None = None) -> Reservation:
+                         purpose: str | None = None, asked_output: int | None = None) -> Reservation:
         """Check and reserve budget for one model request; audited as tool ``model:<id>``.
 
         ``estimate`` (from :func:`~relay_jupyter.core.budgets.estimate_request`: the whole request plus
@@ -250,6 +250,9 @@ class Gate:
             audit_args["max_output_tokens"] = estimate.max_output
         if purpose is not None:
             audit_args["purpose"] = str(purpose)[:40]
+        if asked_output is not None and estimate is not None and asked_output != estimate.max_output:
+            # the request's max_tokens was lowered to what its budgets still allow (completion_room)
+            audit_args["max_tokens_asked"] = int(asked_output)
         try:
             grant = self._grant_for(origin)
             if purpose != "review" and not grant.allows_model(model):
@@ -282,6 +285,40 @@ class Gate:
             reservation.release()  # not audited: the request must not go out
             raise
         return reservation
+
+    def completion_room(self, origin: str, model: str, input_tokens: int, run: RunBudget | None = None) -> int | None:
+        """The most output tokens a request of ``input_tokens`` in could reserve now: what the run's token cap
+        (narrowed to the live grant's) and the origin's day token and cost budgets leave after that input;
+        None when no such limit applies. Below 0 when not even the input fits. Advisory: it reserves
+        nothing, and :meth:`begin_completion` still checks every limit (team budgets included) atomically, so
+        a request sized by it is at most refused, never over a budget."""
+        grant = self.grants.get(origin)
+        if grant is None:
+            return None
+        budget = grant.budget
+        rooms: list[int] = []
+        if run is not None:
+            cap = run.max_tokens
+            if budget.max_tokens_per_run is not None:
+                cap = budget.max_tokens_per_run if cap is None else min(cap, budget.max_tokens_per_run)
+            if cap is not None:
+                rooms.append(int(cap) - run.tokens - input_tokens)
+        if budget.tokens_per_day is not None or budget.cost_per_day_usd is not None:
+            day = self.ledger.usage(origin, grant)
+            if budget.tokens_per_day is not None:
+                rooms.append(int(budget.tokens_per_day) - day["tokens"] - day["reserved_tokens"] - input_tokens)
+            if budget.cost_per_day_usd is not None:
+                left = float(budget.cost_per_day_usd) - day["cost_usd"] - day["reserved_cost_usd"]
+                output_rate = self.pricing.price(model).output
+                base = self.pricing.bound(model, max(0, input_tokens), 0)
+                if not base <= left:  # NaN included: fail closed
+                    rooms.append(-1)
+                elif output_rate > 0:
+                    out = int((left - base) * 1_000_000.0 / output_rate)
+                    while out > 0 and not self.pricing.bound(model, max(0, input_tokens), out) <= left:
+                        out -= 1 + out // 1000  # float rounding at the edge: step down until it fits
+                    rooms.append(out)
+        return min(rooms) if rooms else None
 
     def settle_completion(self, reservation: Reservation, model: str, usage: Usage | None,
                           run: RunBudget | None = None, *, outcome: str = "complete",
