@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from ..core.memory import check_amount, check_text
+from .dialect import SQLITE, SqlStore
 from .errors import StorageUnavailable, StoreError, storage_failure
 from .schema import migrate
 
@@ -87,8 +88,10 @@ def _enable_incremental_vacuum(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-class Database:
+class Database(SqlStore):
     """Connection, lock, clock and transactions; the store's mixins build on this."""
+
+    sql = SQLITE
 
     def __init__(self, conn: sqlite3.Connection, path: Path, clock: Callable[[], float]) -> None:
         self._conn: sqlite3.Connection | None = conn

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.names import TERMINAL_EVENTS
-from ._db import Database, check_text, dumps
+from ._db import check_text, dumps
+from .dialect import SqlStore
 
 __all__ = ["INTERRUPTED", "RUNNING", "JournalMixin"]
 
@@ -24,6 +25,9 @@ INTERRUPTED = "interrupted"
 
 _RUN_COLUMNS = "run_id, origin, conversation, state, started_at, finished_at, meta"
 _CALL_COLUMNS = "run_id, call_id, tool, arguments, intent_at, outcome, outcome_at"
+_TERMINAL_TYPES = tuple(sorted(TERMINAL_EVENTS))
+_TERMINAL_ID = (f"SELECT id FROM events WHERE run_id = ? AND type IN ({','.join('?' * len(_TERMINAL_TYPES))}) "
+                "ORDER BY id LIMIT 1")
 
 
 def _run(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -44,8 +48,8 @@ def _check_dict(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a dict, got {value.__class__.__name__}")
 
 
-class JournalMixin(Database):
-    """``RunJournal`` over the ``runs`` and ``calls`` tables."""
+class JournalMixin(SqlStore):
+    """``RunJournal`` over the ``runs`` and ``calls`` tables (both stores)."""
 
     def run_started(self, run_id: str, origin: str, conversation: str, meta: dict[str, Any]) -> None:
         """Record a new run in state ``running`` (replacing a run with the same id)."""
@@ -54,9 +58,10 @@ class JournalMixin(Database):
         check_text("conversation", conversation)
         _check_dict("meta", meta)
         with self.transaction() as conn:
-            conn.execute(f"INSERT OR REPLACE INTO runs ({_RUN_COLUMNS}, owner) VALUES (?,?,?,?,?,NULL,?,?)",
-                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta),
-                          self.owner_id))
+            # delete + insert (SQLite's INSERT OR REPLACE does the same): a replaced run goes to the end of the order
+            conn.execute(self.sql("DELETE FROM runs WHERE run_id = ?"), (run_id,))
+            conn.execute(self.sql(f"INSERT INTO runs ({_RUN_COLUMNS}, owner) VALUES (?, ?, ?, ?, ?, NULL, ?, ?)"),
+                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta), self.owner_id))
 
     def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
         """Mark a run terminal with ``state``; ``meta`` is merged into its metadata.
@@ -65,11 +70,11 @@ class JournalMixin(Database):
         """
         _check_finish(state, meta)
         with self.transaction() as conn:
-            row = conn.execute("SELECT meta FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = conn.execute(self.sql("SELECT meta FROM runs WHERE run_id = ?{for_update}"), (run_id,)).fetchone()
             if row is None:
                 raise KeyError(f"unknown run {run_id!r}")
             merged = {**json.loads(row[0]), **(meta or {})}
-            conn.execute("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?",
+            conn.execute(self.sql("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?"),
                          (state, self.now(), dumps(merged), run_id))
 
     def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
@@ -79,45 +84,46 @@ class JournalMixin(Database):
         check_text("tool", tool)
         _check_dict("arguments", arguments)
         with self.transaction() as conn:
-            conn.execute(f"INSERT OR REPLACE INTO calls ({_CALL_COLUMNS}) VALUES (?,?,?,?,?,NULL,NULL)",
+            conn.execute(self.sql("DELETE FROM calls WHERE run_id = ? AND call_id = ?"), (run_id, call_id))
+            conn.execute(self.sql(f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL)"),
                          (run_id, call_id, tool, dumps(arguments), self.now()))
 
     def call_outcome(self, run_id: str, call_id: str, outcome: dict[str, Any]) -> None:
         """Record the outcome of a call whose intent was recorded. Raises KeyError when there is no intent."""
         _check_dict("outcome", outcome)
         with self.transaction() as conn:
-            cur = conn.execute("UPDATE calls SET outcome = ?, outcome_at = ? WHERE run_id = ? AND call_id = ?",
+            cur = conn.execute(self.sql("UPDATE calls SET outcome = ?, outcome_at = ? WHERE run_id = ? AND call_id = ?"),
                                (dumps(outcome), self.now(), run_id, call_id))
             if cur.rowcount == 0:
                 raise KeyError(f"no intent recorded for call {call_id!r} of run {run_id!r}")
 
     def unfinished_runs(self) -> list[str]:
         """Ids of runs without a terminal state, oldest first."""
-        return [r[0] for r in self.query("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY rowid")]
+        return [r[0] for r in self.query(self.sql("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY {seq}"))]
 
     def calls_without_outcome(self, run_id: str) -> list[dict[str, Any]]:
         """Calls of ``run_id`` that have an intent and no outcome, in intent order."""
-        rows = self.query(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? AND outcome IS NULL "
-                          "ORDER BY rowid", (run_id,))
+        rows = self.query(self.sql(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? AND outcome IS NULL "
+                                   "ORDER BY {seq}"), (run_id,))
         return [_call(r) for r in rows]
 
     def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Newest runs first (without their calls), optionally only those of ``origin``."""
         limit = max(0, operator.index(limit))
         if origin is None:
-            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY rowid DESC LIMIT ?", (limit,))
+            rows = self.query(self.sql(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY {{seq}} DESC LIMIT ?"), (limit,))
         else:
-            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE origin = ? ORDER BY rowid DESC LIMIT ?",
+            rows = self.query(self.sql(f"SELECT {_RUN_COLUMNS} FROM runs WHERE origin = ? ORDER BY {{seq}} DESC LIMIT ?"),
                               (origin, limit))
         return [_run(r) for r in rows]
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run with ``calls`` (intent order, each with its outcome or None), or None."""
         with self.snapshot() as conn:
-            row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = conn.execute(self.sql(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"), (run_id,)).fetchone()
             if row is None:
                 return None
-            calls = conn.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? ORDER BY rowid",
+            calls = conn.execute(self.sql(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? ORDER BY {{seq}}"),
                                  (run_id,)).fetchall()
         run = _run(row)
         run["calls"] = [_call(c) for c in calls]
@@ -135,38 +141,39 @@ class JournalMixin(Database):
         """
         _check_finish(state, meta)
         with self.transaction() as conn:
-            row = conn.execute("SELECT meta, finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            # the run's row read {for_update}: two brokers never both end it
+            row = conn.execute(self.sql("SELECT meta, finished_at FROM runs WHERE run_id = ?{for_update}"),
+                               (run_id,)).fetchone()
             if row is None:
                 raise KeyError(f"unknown run {run_id!r}")
             if row[1] is not None:
                 return None
             merged = {**json.loads(row[0]), **(meta or {})}
-            conn.execute("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?",
+            conn.execute(self.sql("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?"),
                          (state, self.now(), dumps(merged), run_id))
-            return self.append_events_framed(terminal)  # type: ignore[attr-defined]
+            return self.append_events_framed(terminal)
 
     def terminal_event(self, run_id: str) -> Any:
         """The stored terminal event of ``run_id`` (None when it has none)."""
-        marks = ",".join("?" * len(TERMINAL_EVENTS))
-        rows = self.query(f"SELECT id FROM events WHERE run_id = ? AND type IN ({marks}) ORDER BY id LIMIT 1",
-                          (run_id, *sorted(TERMINAL_EVENTS)))
+        rows = self.query(self.sql(_TERMINAL_ID), (run_id, *_TERMINAL_TYPES))
         if not rows:
             return None
-        found = self.events_since(rows[0][0] - 1, limit=1)  # type: ignore[attr-defined]
+        found = self.events_since(int(rows[0][0]) - 1, limit=1)
         return found[0] if found else None
 
     def runs_to_recover(self, live: set[str] | None = None) -> list[dict[str, Any]]:
         """Unfinished runs whose owner is dead (not in ``live``; default: :meth:`live_owners`), oldest first."""
-        live = self.live_owners() if live is None else live  # type: ignore[attr-defined]
-        rows = self.query(f"SELECT {_RUN_COLUMNS}, owner FROM runs WHERE finished_at IS NULL ORDER BY rowid")
+        live = self.live_owners() if live is None else live
+        rows = self.query(self.sql(f"SELECT {_RUN_COLUMNS}, owner FROM runs WHERE finished_at IS NULL ORDER BY {{seq}}"))
         return [{**_run(r[:-1]), "owner": r[-1]} for r in rows if r[-1] is None or r[-1] not in live]
 
     def running_elsewhere(self, conversation: str) -> bool:
         """True when another live broker has an unfinished run in ``conversation``."""
-        rows = self.query("SELECT owner FROM runs WHERE conversation = ? AND finished_at IS NULL", (conversation,))
+        rows = self.query(self.sql("SELECT owner FROM runs WHERE conversation = ? AND finished_at IS NULL"),
+                          (conversation,))
         mine = self.owner_id
         others = {r[0] for r in rows if r[0] is not None and r[0] != mine}
-        return bool(others & self.live_owners())  # type: ignore[attr-defined]
+        return bool(others & self.live_owners())
 
     def pending_permissions(self, *, run_id: str | None = None, live: set[str] | None = None
                             ) -> list[dict[str, Any]]:
@@ -176,8 +183,8 @@ class JournalMixin(Database):
         if run_id is None:
             rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions ORDER BY event_id")
         else:
-            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions WHERE run_id = ? ORDER BY event_id",
-                              (run_id,))
+            rows = self.query(self.sql(f"SELECT {', '.join(cols)} FROM pending_permissions WHERE run_id = ? "
+                                       "ORDER BY event_id"), (run_id,))
         out = [dict(zip(cols, r, strict=True)) for r in rows]
         if live is not None:
             out = [p for p in out if p["owner"] is None or p["owner"] not in live]
@@ -186,9 +193,11 @@ class JournalMixin(Database):
     def mark_interrupted(self) -> list[str]:
         """At broker start: every run without a terminal state becomes ``interrupted``. Returns their ids."""
         with self.transaction() as conn:
-            ids = [r[0] for r in conn.execute("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY rowid")]
-            conn.execute("UPDATE runs SET state = ?, finished_at = ? WHERE finished_at IS NULL",
-                         (INTERRUPTED, self.now()))
+            ids = [r[0] for r in conn.execute(self.sql("SELECT run_id FROM runs WHERE finished_at IS NULL "
+                                                       "ORDER BY {seq}{for_update}")).fetchall()]
+            now = self.now()
+            self.sql.executemany(conn, self.sql("UPDATE runs SET state = ?, finished_at = ? WHERE run_id = ?"),
+                                 [(INTERRUPTED, now, run_id) for run_id in ids])
         return ids
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from ._db import Database
+from .dialect import SqlStore
 
 __all__ = ["DEFAULT_LEASE_TTL", "LeasesMixin", "host_identity", "lease_rows", "owner_alive", "process_start"]
 
@@ -92,6 +92,7 @@ def owner_alive(row: dict[str, Any], now: float, *, me: str | None = None) -> bo
 
 
 _LEASE_COLUMNS = ("owner_id", "host", "pid", "proc_start", "started_at", "renewed_at", "ttl")
+_INSERT_LEASE = f"INSERT INTO owners ({', '.join(_LEASE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def lease_rows(conn: Any) -> list[dict[str, Any]] | None:
@@ -104,8 +105,8 @@ def lease_rows(conn: Any) -> list[dict[str, Any]] | None:
     return [dict(zip(_LEASE_COLUMNS, r, strict=True)) for r in rows]
 
 
-class LeasesMixin(Database):
-    """The ``owners`` table: acquire, renew and release this broker's lease; who is alive."""
+class LeasesMixin(SqlStore):
+    """The ``owners`` table (both stores): acquire, renew and release this broker's lease; who is alive."""
 
     lease_ttl: float = DEFAULT_LEASE_TTL
 
@@ -122,8 +123,7 @@ class LeasesMixin(Database):
         self.owner_id, self.lease_ttl = owner, float(ttl)
         now = self.now()
         with self.transaction() as conn:
-            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
-                         "VALUES (?,?,?,?,?,?,?)",
+            conn.execute(self.sql(_INSERT_LEASE),
                          (owner, host_identity(), os.getpid(), process_start(os.getpid()), now, now, float(ttl)))
         return owner
 
@@ -134,8 +134,7 @@ class LeasesMixin(Database):
             return
         now = self.now()
         with self.transaction() as conn:
-            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
-                         "VALUES (?,?,?,?,?,?,?) ON CONFLICT(owner_id) DO UPDATE SET renewed_at = excluded.renewed_at",
+            conn.execute(self.sql(_INSERT_LEASE + " ON CONFLICT (owner_id) DO UPDATE SET renewed_at = excluded.renewed_at"),
                          (self.owner_id, host_identity(), os.getpid(), process_start(os.getpid()), now, now,
                           self.lease_ttl))
 
@@ -149,8 +148,8 @@ class LeasesMixin(Database):
             self.renew_lease()
             return
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, "
-                         "ttl) VALUES ('probe', '', 0, NULL, 0, 0, 0)")
+            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
+                         "VALUES ('probe', '', 0, NULL, 0, 0, 0) ON CONFLICT (owner_id) DO NOTHING")
             conn.execute("DELETE FROM owners WHERE owner_id = 'probe'")
 
     def release_lease(self) -> None:
@@ -159,7 +158,7 @@ class LeasesMixin(Database):
             return
         try:
             with self.transaction() as conn:
-                conn.execute("DELETE FROM owners WHERE owner_id = ?", (self.owner_id,))
+                conn.execute(self.sql("DELETE FROM owners WHERE owner_id = ?"), (self.owner_id,))
         finally:
             self.owner_id = None
 
@@ -191,5 +190,5 @@ class LeasesMixin(Database):
         if not dead:
             return 0
         with self.transaction() as conn:
-            conn.executemany("DELETE FROM owners WHERE owner_id = ?", [(d,) for d in dead])
+            self.sql.executemany(conn, self.sql("DELETE FROM owners WHERE owner_id = ?"), [(d,) for d in dead])
         return len(dead)

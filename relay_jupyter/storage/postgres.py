@@ -47,17 +47,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from ..core.memory import check_tool_key
 from ..core.teams import TEAM_PREFIX
-from ..core.telemetry import TelemetryRow
-from ..core.types import AuditRecord, Event, Grant, ToolClass
-from ..protocol.names import TERMINAL_EVENTS, EventType
+from ..core.types import AuditRecord, Event
+from ..protocol.names import EventType
 from ._db import check_amount, check_text, dumps
 from .checkpoints import STATES, Checkpoint, sha256
 from .errors import StorageUnavailable, StoreError
 from .events import _PERMISSION_TYPES, _check_event, _event, _middle, _parse
-from .journal import INTERRUPTED, RUNNING, _check_dict, _check_finish
-from .leases import DEFAULT_LEASE_TTL, host_identity, owner_alive, process_start
+from .dialect import POSTGRES, SqlStore
+from .journal import JournalMixin
+from .leases import DEFAULT_LEASE_TTL, LeasesMixin, owner_alive
+from .records import ConversationsMixin, GrantsMixin, TrustMixin, hold_id_of, sweep_expired
+from .telemetry import TelemetryMixin
 from .pg_schema import MIGRATION_LOCK, migrate
 
 __all__ = ["SHARED_SCHEMA", "PgAuditMirror", "PgCheckpointJournal", "PostgresStore", "is_postgres_url", "read_password",
@@ -196,8 +197,10 @@ def _failure(exc: BaseException, where: str) -> StorageUnavailable:
         "server is up and reachable, then run the cell again", data={"path": where})
 
 
-class PgDatabase:
+class PgDatabase(SqlStore):
     """Pool, clock and transactions; the PostgreSQL store's parts build on this."""
+
+    sql = POSTGRES
 
     def __init__(self, pool: Any, where: str, clock: Callable[[], float]) -> None:
         self._pool = pool
@@ -301,58 +304,8 @@ class PgDatabase:
         self.close()
 
 
-def _add(conn: Any, key: str, day: str, tokens: int, cost_usd: float, s: str = "") -> None:
-    conn.execute(f"INSERT INTO {s}ledger AS l (origin, day, tokens, cost_usd) VALUES (%s, %s, %s, %s) "
-                 "ON CONFLICT (origin, day) DO UPDATE SET tokens = l.tokens + excluded.tokens, "
-                 "cost_usd = l.cost_usd + excluded.cost_usd", (key, day, tokens, cost_usd))
-
-
-def _sweep(conn: Any, now: float, s: str = "") -> int:
-    """Charge expired live holds (their ledger rows updated in key order: no deadlock between two
-    brokers sweeping at once); forget charged holds a day after expiry. ``s``: the schema prefix."""
-    expired = conn.execute(f"UPDATE {s}budget_holds SET charged = true WHERE NOT charged AND expires_at <= %s "
-                           "RETURNING origin, day, tokens, cost_usd", (now,)).fetchall()
-    totals: dict[tuple[str, str], list[float]] = {}
-    for origin, day, tokens, cost in expired:
-        t = totals.setdefault((origin, day), [0, 0.0])
-        t[0] += int(tokens)
-        t[1] += float(cost)
-    for (origin, day), (tokens, cost) in sorted(totals.items()):
-        _add(conn, origin, day, int(tokens), float(cost), s)
-    conn.execute(f"DELETE FROM {s}budget_holds WHERE charged AND expires_at <= %s", (now - 86400.0,))
-    return len(expired)
-
-
-_RUN_COLUMNS = "run_id, origin, conversation, state, started_at, finished_at, meta"
-_CALL_COLUMNS = "run_id, call_id, tool, arguments, intent_at, outcome, outcome_at"
-_LEASE_COLUMNS = ("owner_id", "host", "pid", "proc_start", "started_at", "renewed_at", "ttl")
-
-
-def _run(row: tuple[Any, ...]) -> dict[str, Any]:
-    run_id, origin, conversation, state, started_at, finished_at, meta = row
-    return {"run_id": run_id, "origin": origin, "conversation": conversation, "state": state,
-            "started_at": started_at, "finished_at": finished_at, "meta": json.loads(meta)}
-
-
-def _call(row: tuple[Any, ...]) -> dict[str, Any]:
-    run_id, call_id, tool, arguments, intent_at, outcome, outcome_at = row
-    return {"run_id": run_id, "call_id": call_id, "tool": tool, "arguments": json.loads(arguments),
-            "intent_at": intent_at, "outcome": None if outcome is None else json.loads(outcome),
-            "outcome_at": outcome_at}
-
-
-def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
-    check_text("conv_id", conv_id)
-    check_text("origin", origin)
-    if not isinstance(name, str):
-        raise TypeError("name must be a string")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise TypeError("messages must be a list of dicts")
-    if not isinstance(meta, dict):
-        raise TypeError("meta must be a dict")
-
-
-class PostgresStore(PgDatabase):
+class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin, TelemetryMixin,
+                    PgDatabase):
     """The PostgreSQL store. Create with :meth:`open`; close with :meth:`close`.
 
     With a ``namespace`` (a user name: per-user brokers sharing one database), everything of this
@@ -372,6 +325,10 @@ class PostgresStore(PgDatabase):
     def _ls(self, key: str) -> str:
         """The schema prefix of the ledger rows and holds of ``key``: teams' are shared."""
         return self._shared if key.startswith(TEAM_PREFIX) else ""
+
+    def _hold_schema(self, hold_id: str) -> str:
+        """A hold id starting with ``t`` is a hold in the shared (team) schema."""
+        return self._shared if hold_id.startswith("t") else ""
 
     @classmethod
     def open(cls, url: str, *, password: str | None = None, password_file: str | os.PathLike[str] | None = None,
@@ -446,45 +403,7 @@ class PostgresStore(PgDatabase):
             journal = self.__dict__["_checkpoints"] = PgCheckpointJournal(self)
         return journal
 
-    # -- grants --------------------------------------------------------------------------------
-    def get_grant(self, origin: str) -> Grant | None:
-        rows = self.query("SELECT body FROM grants WHERE origin = %s", (origin,))
-        return Grant.model_validate_json(rows[0][0]) if rows else None
-
-    def put_grant(self, grant: Grant) -> None:
-        if not isinstance(grant, Grant):
-            raise TypeError(f"put_grant needs a Grant, got {grant.__class__.__name__}")
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO grants (origin, body, updated_at) VALUES (%s, %s, %s) ON CONFLICT (origin) "
-                         "DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at",
-                         (grant.origin, grant.model_dump_json(), self.now()))
-
-    def delete_grant(self, origin: str) -> bool:
-        with self.transaction() as conn:
-            return conn.execute("DELETE FROM grants WHERE origin = %s", (origin,)).rowcount > 0
-
-    def list_grants(self) -> list[Grant]:
-        return [Grant.model_validate_json(r[0]) for r in self.query("SELECT body FROM grants ORDER BY origin")]
-
     # -- ledger and holds ------------------------------------------------------------------------
-    def usage(self, origin: str, day: str) -> tuple[int, float]:
-        rows = self.query(f"SELECT tokens, cost_usd FROM {self._ls(origin)}ledger WHERE origin = %s AND day = %s",
-                          (origin, day))
-        return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
-
-    def add_usage(self, origin: str, day: str, tokens: int, cost_usd: float) -> None:
-        check_text("origin", origin)
-        check_text("day", day)
-        check_amount("tokens", tokens)
-        check_amount("cost_usd", cost_usd)
-        with self.transaction() as conn:
-            _add(conn, origin, day, int(tokens), float(cost_usd), self._ls(origin))
-
-    def held(self, origin: str, day: str) -> tuple[int, float]:
-        rows = self.query(f"SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM {self._ls(origin)}"
-                          "budget_holds WHERE origin = %s AND day = %s AND NOT charged", (origin, day))
-        return int(rows[0][0]), float(rows[0][1])
-
     def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
              check: Callable[[int, float, int, float], None]) -> str:
         """Charge expired holds (a transaction of their own unless nested), then in one transaction
@@ -496,9 +415,8 @@ class PostgresStore(PgDatabase):
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
         sch = self._ls(origin)
-        hold_id = ("t" if sch else "") + secrets.token_hex(12)  # "t": a hold in the shared (team) schema
-        if self.owner_id and not sch:  # "@owner": charged at once when that broker is found dead
-            hold_id += "@" + self.owner_id
+        # "t": a hold in the shared (team) schema; "@owner": charged at once when that broker is found dead
+        hold_id = hold_id_of(None, "t") if sch else hold_id_of(self.owner_id)
         if self._current() is None:
             self.sweep_holds(now)
         with self.transaction() as conn:
@@ -515,46 +433,13 @@ class PostgresStore(PgDatabase):
                          (hold_id, origin, day, int(tokens), float(cost_usd), float(now), float(expires_at)))
         return hold_id
 
-    def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool:
-        if tokens is not None:
-            check_amount("tokens", tokens)
-            check_amount("cost_usd", cost_usd)
-        sch = self._shared if hold_id.startswith("t") else ""
-        with self.transaction() as conn:
-            row = conn.execute(f"SELECT origin, day, tokens, cost_usd, charged FROM {sch}budget_holds "
-                               "WHERE hold_id = %s FOR UPDATE", (hold_id,)).fetchone()
-            if row is None:
-                return False
-            origin, day, held_t, held_c, charged = row
-            if tokens is not None and cost_usd is not None:
-                t, c = (max(0, tokens - held_t), max(0.0, cost_usd - held_c)) if charged else (tokens, cost_usd)
-                _add(conn, origin, day, int(t), float(c), sch)
-            conn.execute(f"DELETE FROM {sch}budget_holds WHERE hold_id = %s", (hold_id,))
-            return not charged
-
-    def charge_dead_holds(self) -> int:
-        """The holds of this schema's dead brokers (storage/records.py). A team hold in the shared
-        schema carries no owner (the leases are per user schema): it waits for its expiry."""
-        rows = self.query("SELECT hold_id FROM budget_holds WHERE NOT charged AND strpos(hold_id, '@') > 0")
-        if not rows or all(r[0].partition("@")[2] in self.live_owners() for r in rows):
-            return 0
-        with self.transaction() as conn:
-            live = self.live_owners()
-            found = conn.execute("SELECT hold_id, origin, day, tokens, cost_usd FROM budget_holds WHERE NOT charged "
-                                 "AND strpos(hold_id, '@') > 0 ORDER BY origin, day FOR UPDATE").fetchall()
-            dead = [r for r in found if r[0].partition("@")[2] not in live]
-            for _hold, origin, day, tokens, cost in dead:
-                _add(conn, origin, day, int(tokens), float(cost), "")
-            for r in dead:
-                conn.execute("UPDATE budget_holds SET charged = true WHERE hold_id = %s", (r[0],))
-        return len(dead)
-
     def sweep_holds(self, now: float) -> int:
+        """Expired holds of this schema, then (namespaced) of the shared one: a transaction each."""
         with self.transaction() as conn:
-            n = _sweep(conn, now)
+            n = sweep_expired(self, conn, now)
         if self._shared:
             with self.transaction() as conn:
-                n += _sweep(conn, now, self._shared)
+                n += sweep_expired(self, conn, now, self._shared)
         return n
 
     def ledger_rows(self, prefix: str = "") -> list[tuple[str, str, int, float]]:
@@ -592,22 +477,6 @@ class PostgresStore(PgDatabase):
         return sorted(out, key=lambda r: (r["day"], r["team"] or "", r["user"] or ""))
 
     # -- conversations ---------------------------------------------------------------------------
-    def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
-                          meta: dict[str, Any]) -> None:
-        """Insert or replace the whole conversation (fork, migration); ``created_at`` is kept."""
-        _check_conversation(conv_id, origin, name, messages, meta)
-        self._write_messages(conv_id, origin, name, 0, messages, meta, replace=True)
-
-    def append_messages(self, conv_id: str, origin: str, name: str, start: int,
-                        messages: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-        """Store ``messages`` as messages ``start, start + 1, …`` (those from ``start`` on replaced,
-        earlier ones kept); one transaction. ValueError when ``start`` is beyond the stored count."""
-        _check_conversation(conv_id, origin, name, messages, meta)
-        start = operator.index(start)
-        if start < 0:
-            raise ValueError("start must be >= 0")
-        self._write_messages(conv_id, origin, name, start, messages, meta, replace=False)
-
     def _write_messages(self, conv_id: str, origin: str, name: str, start: int,
                         messages: list[dict[str, Any]], meta: dict[str, Any], *, replace: bool) -> None:
         bodies = [dumps(m) for m in messages]
@@ -633,129 +502,6 @@ class PostgresStore(PgDatabase):
             conn.execute("UPDATE conversations SET origin = %s, name = %s, meta = %s, updated_at = %s, "
                          "message_count = %s WHERE conv_id = %s",
                          (origin, name, dumps(meta), now, start + len(bodies), conv_id))
-
-    def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
-        with self.snapshot() as conn:
-            row = conn.execute("SELECT conv_id, origin, name, meta, created_at, updated_at FROM conversations "
-                               "WHERE conv_id = %s", (conv_id,)).fetchone()
-            if row is None:
-                return None
-            bodies = conn.execute("SELECT body FROM conversation_messages WHERE conv_id = %s ORDER BY seq",
-                                  (conv_id,)).fetchall()
-        cid, origin, name, meta, created, updated = row
-        messages = json.loads("[" + ",".join([b[0] for b in bodies]) + "]")
-        return {"conv_id": cid, "origin": origin, "name": name, "messages": messages,
-                "meta": json.loads(meta), "created_at": created, "updated_at": updated}
-
-    def conversation_origin(self, conv_id: str) -> str | None:
-        rows = self.query("SELECT origin FROM conversations WHERE conv_id = %s", (conv_id,))
-        return rows[0][0] if rows else None
-
-    def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT conv_id, origin, name, message_count, meta, created_at, updated_at FROM conversations"
-        rows = self.query(sql + " ORDER BY updated_at DESC, seq DESC") if origin is None else \
-            self.query(sql + " WHERE origin = %s ORDER BY updated_at DESC, seq DESC", (origin,))
-        return [{"conv_id": c, "origin": o, "name": n, "message_count": k, "meta": json.loads(m),
-                 "created_at": ca, "updated_at": ua} for c, o, n, k, m, ca, ua in rows]
-
-    def delete_conversation(self, conv_id: str) -> bool:
-        with self.transaction() as conn:
-            return conn.execute("DELETE FROM conversations WHERE conv_id = %s", (conv_id,)).rowcount > 0
-
-    # -- trust and pins --------------------------------------------------------------------------
-    def add_trust(self, origin: str, server: str, tool: str, digest: str) -> None:
-        check_text("origin", origin)
-        check_tool_key(server, tool, builtin_ok=True)
-        check_text("digest", digest)
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO trust (origin, server, tool, digest, created_at) VALUES (%s, %s, %s, %s, %s) "
-                         "ON CONFLICT (origin, server, tool) DO UPDATE SET digest = excluded.digest, "
-                         "created_at = excluded.created_at", (origin, server, tool, digest, self.now()))
-
-    def has_trust(self, origin: str, server: str, tool: str, digest: str) -> bool:
-        return bool(self.query("SELECT 1 FROM trust WHERE origin = %s AND server = %s AND tool = %s AND digest = %s",
-                               (origin, server, tool, digest)))
-
-    def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT origin, server, tool, digest, created_at FROM trust"
-        rows = self.query(sql + " ORDER BY origin, server, tool") if origin is None else \
-            self.query(sql + " WHERE origin = %s ORDER BY server, tool", (origin,))
-        return [{"origin": o, "server": sv, "tool": t, "digest": d, "created_at": c} for o, sv, t, d, c in rows]
-
-    def revoke_trust(self, origin: str, *, server: str | None = None, tool: str | None = None) -> int:
-        if tool is not None and server is None:
-            raise ValueError("revoke_trust: a tool is named by (server, tool); pass server ('' for relay's own)")
-        with self.transaction() as conn:
-            if server is None:
-                return conn.execute("DELETE FROM trust WHERE origin = %s", (origin,)).rowcount
-            if tool is None:
-                return conn.execute("DELETE FROM trust WHERE origin = %s AND server = %s", (origin, server)).rowcount
-            return conn.execute("DELETE FROM trust WHERE origin = %s AND server = %s AND tool = %s",
-                                (origin, server, tool)).rowcount
-
-    def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None:
-        check_tool_key(server, tool, builtin_ok=False)
-        check_text("digest", digest)
-        cls = ToolClass(tool_class)
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO pins (server, tool, digest, tool_class, created_at) "
-                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (server, tool) DO UPDATE SET "
-                         "digest = excluded.digest, tool_class = excluded.tool_class, "
-                         "created_at = excluded.created_at", (server, tool, digest, cls.value, self.now()))
-
-    def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None:
-        rows = self.query("SELECT digest, tool_class FROM pins WHERE server = %s AND tool = %s", (server, tool))
-        return (rows[0][0], ToolClass(rows[0][1])) if rows else None
-
-    def delete_pin(self, server: str, tool: str) -> bool:
-        with self.transaction() as conn:
-            return conn.execute("DELETE FROM pins WHERE server = %s AND tool = %s", (server, tool)).rowcount > 0
-
-    def list_pins(self) -> list[dict[str, Any]]:
-        rows = self.query("SELECT server, tool, digest, tool_class, created_at FROM pins ORDER BY server, tool")
-        return [{"server": sv, "tool": t, "digest": d, "tool_class": ToolClass(c), "created_at": ts}
-                for sv, t, d, c, ts in rows]
-
-    # -- telemetry (core/telemetry.py; in the user's own schema) -----------------------------------
-    def record_telemetry(self, row: TelemetryRow) -> TelemetryRow:
-        from .telemetry import COLUMNS, row_values
-
-        if not isinstance(row, TelemetryRow):
-            raise TypeError(f"record_telemetry needs a TelemetryRow, got {row.__class__.__name__}")
-        values = list(row_values(row))
-        values[COLUMNS.index("estimated") - 1] = bool(row.estimated)
-        marks = ",".join(["%s"] * len(values))
-        with self.transaction() as conn:
-            new_id = conn.execute(f"INSERT INTO telemetry ({','.join(COLUMNS[1:])}) VALUES ({marks}) RETURNING id",
-                                  values).fetchone()[0]
-        return row.model_copy(update={"id": int(new_id)})
-
-    def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
-                        limit: int = 1000) -> list[TelemetryRow]:
-        from ..core.telemetry import MAX_QUERY_ROWS, check_telemetry_query
-        from .telemetry import COLUMNS, row_from_db
-
-        check_telemetry_query(origin, since, limit)
-        n = min(limit, MAX_QUERY_ROWS)
-        if n <= 0:
-            return []
-        where, params = [], []
-        if origin is not None:
-            where.append("origin = %s")
-            params.append(origin)
-        if since is not None:
-            where.append("ts >= %s")
-            params.append(float(since))
-        sql = (f"SELECT {','.join(COLUMNS)} FROM telemetry" + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY id DESC LIMIT %s")
-        return [row_from_db(r) for r in reversed(self.query(sql, (*params, n)))]
-
-    def prune_telemetry(self, before: float) -> int:
-        from ..core.telemetry import check_telemetry_query
-
-        check_telemetry_query(None, before, 0)
-        with self.transaction() as conn:
-            return conn.execute("DELETE FROM telemetry WHERE ts < %s", (float(before),)).rowcount
 
     # -- events ----------------------------------------------------------------------------------
     def append_event(self, type: str, data: dict[str, Any], *, origin: str | None = None,
@@ -905,193 +651,6 @@ class PostgresStore(PgDatabase):
                 deleted += conn.execute("DELETE FROM events WHERE id >= %s AND id < %s",
                                         (low, min(edge, int(low) + PRUNE_PAGE))).rowcount
         return deleted
-
-    # -- runs journal ----------------------------------------------------------------------------
-    def run_started(self, run_id: str, origin: str, conversation: str, meta: dict[str, Any]) -> None:
-        check_text("run_id", run_id)
-        check_text("origin", origin)
-        check_text("conversation", conversation)
-        _check_dict("meta", meta)
-        with self.transaction() as conn:
-            # delete + insert: a replaced run goes to the end of the order, as SQLite's INSERT OR REPLACE
-            conn.execute("DELETE FROM runs WHERE run_id = %s", (run_id,))
-            conn.execute(f"INSERT INTO runs ({_RUN_COLUMNS}, owner) VALUES (%s, %s, %s, %s, %s, NULL, %s, %s)",
-                         (run_id, origin, conversation, RUNNING, self.now(), dumps(meta), self.owner_id))
-
-    def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
-        _check_finish(state, meta)
-        with self.transaction() as conn:
-            row = conn.execute("SELECT meta FROM runs WHERE run_id = %s FOR UPDATE", (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"unknown run {run_id!r}")
-            merged = {**json.loads(row[0]), **(meta or {})}
-            conn.execute("UPDATE runs SET state = %s, finished_at = %s, meta = %s WHERE run_id = %s",
-                         (state, self.now(), dumps(merged), run_id))
-
-    def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
-        check_text("run_id", run_id)
-        check_text("call_id", call_id)
-        check_text("tool", tool)
-        _check_dict("arguments", arguments)
-        with self.transaction() as conn:
-            conn.execute("DELETE FROM calls WHERE run_id = %s AND call_id = %s", (run_id, call_id))
-            conn.execute(f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (%s, %s, %s, %s, %s, NULL, NULL)",
-                         (run_id, call_id, tool, dumps(arguments), self.now()))
-
-    def call_outcome(self, run_id: str, call_id: str, outcome: dict[str, Any]) -> None:
-        _check_dict("outcome", outcome)
-        with self.transaction() as conn:
-            cur = conn.execute("UPDATE calls SET outcome = %s, outcome_at = %s WHERE run_id = %s AND call_id = %s",
-                               (dumps(outcome), self.now(), run_id, call_id))
-            if cur.rowcount == 0:
-                raise KeyError(f"no intent recorded for call {call_id!r} of run {run_id!r}")
-
-    def unfinished_runs(self) -> list[str]:
-        return [r[0] for r in self.query("SELECT run_id FROM runs WHERE finished_at IS NULL ORDER BY seq")]
-
-    def calls_without_outcome(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self.query(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s AND outcome IS NULL ORDER BY seq",
-                          (run_id,))
-        return [_call(r) for r in rows]
-
-    def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        limit = max(0, operator.index(limit))
-        if origin is None:
-            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY seq DESC LIMIT %s", (limit,))
-        else:
-            rows = self.query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE origin = %s ORDER BY seq DESC LIMIT %s",
-                              (origin, limit))
-        return [_run(r) for r in rows]
-
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        with self.snapshot() as conn:
-            row = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-            if row is None:
-                return None
-            calls = conn.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s ORDER BY seq",
-                                 (run_id,)).fetchall()
-        run = _run(row)
-        run["calls"] = [_call(c) for c in calls]
-        return run
-
-    def finish_run(self, run_id: str, state: str, meta: dict[str, Any] | None,
-                   terminal: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
-                   ) -> tuple[list[Any], list[bytes]] | None:
-        """Mark the run ``state`` only if it is still unfinished and append its terminal event(s), in
-        one transaction (the run's row is locked: two brokers never both end it). None when it had
-        already ended."""
-        _check_finish(state, meta)
-        with self.transaction() as conn:
-            row = conn.execute("SELECT meta, finished_at FROM runs WHERE run_id = %s FOR UPDATE",
-                               (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"unknown run {run_id!r}")
-            if row[1] is not None:
-                return None
-            merged = {**json.loads(row[0]), **(meta or {})}
-            conn.execute("UPDATE runs SET state = %s, finished_at = %s, meta = %s WHERE run_id = %s",
-                         (state, self.now(), dumps(merged), run_id))
-            return self.append_events_framed(terminal)
-
-    def terminal_event(self, run_id: str) -> Any:
-        rows = self.query("SELECT id FROM events WHERE run_id = %s AND type = ANY(%s) ORDER BY id LIMIT 1",
-                          (run_id, sorted(TERMINAL_EVENTS)))
-        if not rows:
-            return None
-        found = self.events_since(int(rows[0][0]) - 1, limit=1)
-        return found[0] if found else None
-
-    def runs_to_recover(self, live: set[str] | None = None) -> list[dict[str, Any]]:
-        live = self.live_owners() if live is None else live
-        rows = self.query(f"SELECT {_RUN_COLUMNS}, owner FROM runs WHERE finished_at IS NULL ORDER BY seq")
-        return [{**_run(r[:-1]), "owner": r[-1]} for r in rows if r[-1] is None or r[-1] not in live]
-
-    def running_elsewhere(self, conversation: str) -> bool:
-        rows = self.query("SELECT owner FROM runs WHERE conversation = %s AND finished_at IS NULL", (conversation,))
-        others = {r[0] for r in rows if r[0] is not None and r[0] != self.owner_id}
-        return bool(others & self.live_owners())
-
-    def pending_permissions(self, *, run_id: str | None = None, live: set[str] | None = None
-                            ) -> list[dict[str, Any]]:
-        cols = ("request_id", "owner", "origin", "run_id", "event_id", "created_at")
-        if run_id is None:
-            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions ORDER BY event_id")
-        else:
-            rows = self.query(f"SELECT {', '.join(cols)} FROM pending_permissions WHERE run_id = %s ORDER BY event_id",
-                              (run_id,))
-        out = [dict(zip(cols, r, strict=True)) for r in rows]
-        if live is not None:
-            out = [p for p in out if p["owner"] is None or p["owner"] not in live]
-        return out
-
-    def mark_interrupted(self) -> list[str]:
-        with self.transaction() as conn:
-            rows = conn.execute("UPDATE runs SET state = %s, finished_at = %s WHERE finished_at IS NULL "
-                                "RETURNING run_id, seq", (INTERRUPTED, self.now())).fetchall()
-        return [run_id for run_id, _ in sorted(rows, key=lambda r: r[1])]
-
-    # -- leases ----------------------------------------------------------------------------------
-    def acquire_lease(self, ttl: float = DEFAULT_LEASE_TTL) -> str:
-        if not ttl > 0:
-            raise ValueError("lease ttl must be positive")
-        owner = "own_" + secrets.token_hex(8)
-        # owned before the row is written: a failed write leaves the id for renew_lease to write (leases.py)
-        self.owner_id, self.lease_ttl = owner, float(ttl)
-        now = self.now()
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
-                         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                         (owner, host_identity(), os.getpid(), process_start(os.getpid()), now, now, float(ttl)))
-        return owner
-
-    def renew_lease(self) -> None:
-        if self.owner_id is None:
-            return
-        now = self.now()
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
-                         "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (owner_id) DO UPDATE SET "
-                         "renewed_at = excluded.renewed_at",
-                         (self.owner_id, host_identity(), os.getpid(), process_start(os.getpid()), now, now,
-                          self.lease_ttl))
-
-    def probe_write(self) -> None:
-        if self.owner_id is not None:
-            self.renew_lease()
-            return
-        with self.transaction() as conn:
-            conn.execute("INSERT INTO owners (owner_id, host, pid, proc_start, started_at, renewed_at, ttl) "
-                         "VALUES ('probe', '', 0, NULL, 0, 0, 0) ON CONFLICT (owner_id) DO NOTHING")
-            conn.execute("DELETE FROM owners WHERE owner_id = 'probe'")
-
-    def release_lease(self) -> None:
-        if self.owner_id is None or self.closed:
-            return
-        try:
-            with self.transaction() as conn:
-                conn.execute("DELETE FROM owners WHERE owner_id = %s", (self.owner_id,))
-        finally:
-            self.owner_id = None
-
-    def leases(self) -> list[dict[str, Any]]:
-        rows = self.query(f"SELECT {', '.join(_LEASE_COLUMNS)} FROM owners ORDER BY started_at DESC")
-        return [dict(zip(_LEASE_COLUMNS, r, strict=True)) for r in rows]
-
-    def live_owners(self) -> set[str]:
-        now = self.now()
-        alive = {r["owner_id"] for r in self.leases() if owner_alive(r, now, me=self.owner_id)}
-        if self.owner_id is not None:
-            alive.add(self.owner_id)
-        return alive
-
-    def forget_dead_leases(self, live: Collection[str] | None = None) -> int:
-        keep = set(self.live_owners() if live is None else live)
-        dead = [r["owner_id"] for r in self.leases() if r["owner_id"] not in keep]
-        if not dead:
-            return 0
-        with self.transaction() as conn:
-            conn.execute("DELETE FROM owners WHERE owner_id = ANY(%s)", (dead,))
-        return len(dead)
 
     # -- audit copy --------------------------------------------------------------------------------
     def append_audit(self, record: AuditRecord) -> None:

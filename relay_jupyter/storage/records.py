@@ -10,17 +10,19 @@ from typing import Any
 
 from ..core.memory import check_tool_key
 from ..core.types import Grant, ToolClass
-from ._db import Database, check_amount, check_text, dumps
+from ._db import check_amount, check_text
+from .dialect import SqlStore
 
 __all__ = ["ConversationsMixin", "GrantsMixin", "TrustMixin"]
 
 
-class GrantsMixin(Database):
-    """``GrantStore`` and ``Ledger``."""
+class GrantsMixin(SqlStore):
+    """``GrantStore`` and ``Ledger`` (both stores; ``hold`` is each store's own: how the check and the
+    insert are made atomic is where SQLite and PostgreSQL really differ)."""
 
     def get_grant(self, origin: str) -> Grant | None:
         """The stored grant of ``origin`` (expired or not), or None."""
-        rows = self.query("SELECT body FROM grants WHERE origin = ?", (origin,))
+        rows = self.query(self.sql("SELECT body FROM grants WHERE origin = ?"), (origin,))
         return Grant.model_validate_json(rows[0][0]) if rows else None
 
     def put_grant(self, grant: Grant) -> None:
@@ -28,13 +30,14 @@ class GrantsMixin(Database):
         if not isinstance(grant, Grant):
             raise TypeError(f"put_grant needs a Grant, got {grant.__class__.__name__}")
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO grants (origin, body, updated_at) VALUES (?,?,?)",
+            conn.execute(self.sql("INSERT INTO grants (origin, body, updated_at) VALUES (?, ?, ?) ON CONFLICT (origin) "
+                                  "DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at"),
                          (grant.origin, grant.model_dump_json(), self.now()))
 
     def delete_grant(self, origin: str) -> bool:
         """Remove the grant of ``origin``; True if there was one."""
         with self.transaction() as conn:
-            return conn.execute("DELETE FROM grants WHERE origin = ?", (origin,)).rowcount > 0
+            return conn.execute(self.sql("DELETE FROM grants WHERE origin = ?"), (origin,)).rowcount > 0
 
     def list_grants(self) -> list[Grant]:
         """Every stored grant, ordered by origin."""
@@ -42,7 +45,8 @@ class GrantsMixin(Database):
 
     def usage(self, origin: str, day: str) -> tuple[int, float]:
         """(tokens, cost_usd) committed so far for ``origin`` on ``day`` (ISO date, UTC)."""
-        rows = self.query("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?", (origin, day))
+        rows = self.query(self.sql(f"SELECT tokens, cost_usd FROM {self._ls(origin)}ledger WHERE origin = ? AND day = ?"),
+                          (origin, day))
         return (int(rows[0][0]), float(rows[0][1])) if rows else (0, 0.0)
 
     def add_usage(self, origin: str, day: str, tokens: int, cost_usd: float) -> None:
@@ -55,38 +59,15 @@ class GrantsMixin(Database):
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
         with self.transaction() as conn:
-            _add(conn, origin, day, int(tokens), float(cost_usd))
+            add_to_ledger(self, conn, origin, day, int(tokens), float(cost_usd), self._ls(origin))
 
-
-    # -- budget holds (reservations): shared by every broker process on this file ------------------
+    # -- budget holds (reservations): shared by every broker on the store ----------------------------
     def held(self, origin: str, day: str) -> tuple[int, float]:
         """(tokens, cost_usd) held by live reservations of ``origin`` on ``day``."""
-        rows = self.query("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
-                          "WHERE origin = ? AND day = ? AND charged = 0", (origin, day))
+        rows = self.query(self.sql(f"SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM "
+                                   f"{self._ls(origin)}budget_holds WHERE origin = ? AND day = ? AND NOT charged"),
+                          (origin, day))
         return int(rows[0][0]), float(rows[0][1])
-
-    def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
-             check: Callable[[int, float, int, float], None]) -> str:
-        """One ``BEGIN IMMEDIATE`` transaction: charge expired holds, read the day's committed usage
-        and live holds, call ``check(used_tokens, used_cost, held_tokens, held_cost)`` (it raises to
-        refuse: the transaction rolls back) and insert a hold. SQLite's write lock makes the check and
-        the insert atomic across every process on the file. Returns the hold's id."""
-        check_text("origin", origin)
-        check_text("day", day)
-        check_amount("tokens", tokens)
-        check_amount("cost_usd", cost_usd)
-        hold_id = hold_id_of(self.owner_id)
-        with self.transaction() as conn:
-            _sweep(conn, now)
-            used = conn.execute("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?",
-                                (origin, day)).fetchone() or (0, 0.0)
-            held = conn.execute("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
-                                "WHERE origin = ? AND day = ? AND charged = 0", (origin, day)).fetchone()
-            check(int(used[0]), float(used[1]), int(held[0]), float(held[1]))
-            conn.execute("INSERT INTO budget_holds (hold_id, origin, day, tokens, cost_usd, created_at, expires_at) "
-                         "VALUES (?,?,?,?,?,?,?)", (hold_id, origin, day, int(tokens), float(cost_usd), float(now),
-                                                    float(expires_at)))
-        return hold_id
 
     def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool:
         """One transaction: commit ``tokens``/``cost_usd`` (None: nothing, the request was never sent)
@@ -95,16 +76,17 @@ class GrantsMixin(Database):
         if tokens is not None:
             check_amount("tokens", tokens)
             check_amount("cost_usd", cost_usd)
+        sch = self._hold_schema(hold_id)
         with self.transaction() as conn:
-            row = conn.execute("SELECT origin, day, tokens, cost_usd, charged FROM budget_holds WHERE hold_id = ?",
-                               (hold_id,)).fetchone()
+            row = conn.execute(self.sql(f"SELECT origin, day, tokens, cost_usd, charged FROM {sch}budget_holds "
+                                        "WHERE hold_id = ?{for_update}"), (hold_id,)).fetchone()
             if row is None:
                 return False
             origin, day, held_t, held_c, charged = row
             if tokens is not None and cost_usd is not None:
                 t, c = (max(0, tokens - held_t), max(0.0, cost_usd - held_c)) if charged else (tokens, cost_usd)
-                _add(conn, origin, day, int(t), float(c))
-            conn.execute("DELETE FROM budget_holds WHERE hold_id = ?", (hold_id,))
+                add_to_ledger(self, conn, origin, day, int(t), float(c), sch)
+            conn.execute(self.sql(f"DELETE FROM {sch}budget_holds WHERE hold_id = ?"), (hold_id,))
             return not charged
 
     def sweep_holds(self, now: float) -> int:
@@ -112,33 +94,20 @@ class GrantsMixin(Database):
         the request may have been sent); charged holds are deleted a day after expiry. Returns how many
         were charged."""
         with self.transaction() as conn:
-            return _sweep(conn, now)
+            return sweep_expired(self, conn, now)
 
     def charge_dead_holds(self) -> int:
         """Charge at its full amount every live hold of a broker whose lease is dead (storage/leases.py),
         as its expiry would, but now: the request it covered may have been sent. Who is dead is judged
         inside the write transaction; holds with no owner wait for their expiry. Returns how many."""
-        rows = self.query("SELECT hold_id FROM budget_holds WHERE charged = 0 AND instr(hold_id, '@') > 0")
-        if not rows:
-            return 0
-        live = self.live_owners()  # type: ignore[attr-defined]
-        if all(hold_owner(r[0]) in live for r in rows):
-            return 0
-        with self.transaction() as conn:
-            live = self.live_owners()  # type: ignore[attr-defined]
-            dead = [r for r in conn.execute("SELECT hold_id, origin, day, tokens, cost_usd FROM budget_holds "
-                                            "WHERE charged = 0 AND instr(hold_id, '@') > 0").fetchall()
-                    if hold_owner(r[0]) not in live]
-            for _hold, origin, day, tokens, cost in dead:
-                _add(conn, origin, day, int(tokens), float(cost))
-            conn.executemany("UPDATE budget_holds SET charged = 1 WHERE hold_id = ?", [(r[0],) for r in dead])
-        return len(dead)
+        return charge_dead(self, "", self.live_owners)
 
 
-def hold_id_of(owner: str | None) -> str:
-    """A new hold id: random, then ``@`` and the owner id of the broker taking it (when it has one), so
-    the holds of a broker found dead can be charged at once (:meth:`LedgerMixin.charge_dead_holds`)."""
-    return secrets.token_hex(12) + ("@" + owner if owner else "")
+def hold_id_of(owner: str | None, prefix: str = "") -> str:
+    """A new hold id: ``prefix`` (PostgreSQL: ``t`` for a hold in the shared team schema), random, then
+    ``@`` and the owner id of the broker taking it (when it has one), so the holds of a broker found
+    dead can be charged at once (:meth:`GrantsMixin.charge_dead_holds`)."""
+    return prefix + secrets.token_hex(12) + ("@" + owner if owner else "")
 
 
 def hold_owner(hold_id: str) -> str | None:
@@ -147,29 +116,68 @@ def hold_owner(hold_id: str) -> str | None:
     return owner if sep and owner else None
 
 
-def _add(conn: Any, origin: str, day: str, tokens: int, cost_usd: float) -> None:
-    conn.execute(
-        "INSERT INTO ledger (origin, day, tokens, cost_usd) VALUES (?,?,?,?) "
-        "ON CONFLICT (origin, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
-        "cost_usd = cost_usd + excluded.cost_usd",
-        (origin, day, tokens, cost_usd))
+def add_to_ledger(store: SqlStore, conn: Any, origin: str, day: str, tokens: int, cost_usd: float,
+                  schema: str = "") -> None:
+    """Add to a ledger row in one UPSERT (``schema``: the prefix of a shared schema, or "")."""
+    conn.execute(store.sql(
+        f"INSERT INTO {schema}ledger AS l (origin, day, tokens, cost_usd) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (origin, day) DO UPDATE SET tokens = l.tokens + excluded.tokens, "
+        "cost_usd = l.cost_usd + excluded.cost_usd"), (origin, day, tokens, cost_usd))
 
 
-def _sweep(conn: Any, now: float) -> int:
-    expired = conn.execute("SELECT origin, day, tokens, cost_usd FROM budget_holds "
-                           "WHERE charged = 0 AND expires_at <= ?", (now,)).fetchall()
-    for origin, day, tokens, cost in expired:
-        _add(conn, origin, day, int(tokens), float(cost))
+def _charge(store: SqlStore, conn: Any, rows: list[tuple[Any, ...]], schema: str) -> None:
+    """Charge the holds ``rows`` (``hold_id, origin, day, tokens, cost_usd``) in full and mark them
+    charged: their ledger rows are added to in key order (PostgreSQL: two brokers charging at once
+    lock the rows in one order, so they never deadlock)."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    for _hold, origin, day, tokens, cost in rows:
+        t = totals.setdefault((origin, day), [0, 0.0])
+        t[0] += int(tokens)
+        t[1] += float(cost)
+    for (origin, day), (tokens, cost) in sorted(totals.items()):
+        add_to_ledger(store, conn, origin, day, int(tokens), float(cost), schema)
+    store.sql.executemany(conn, store.sql(f"UPDATE {schema}budget_holds SET charged = TRUE WHERE hold_id = ?"),
+                          [(r[0],) for r in rows])
+
+
+def sweep_expired(store: SqlStore, conn: Any, now: float, schema: str = "") -> int:
+    """Charge the expired live holds in ``schema``; forget charged holds a day after their expiry.
+    The rows are read ``{for_update}`` in key order: a second sweeper waits, then sees them charged."""
+    expired = conn.execute(store.sql(f"SELECT hold_id, origin, day, tokens, cost_usd FROM {schema}budget_holds "
+                                     "WHERE NOT charged AND expires_at <= ? ORDER BY origin, day, hold_id{for_update}"),
+                           (now,)).fetchall()
     if expired:
-        conn.execute("UPDATE budget_holds SET charged = 1 WHERE charged = 0 AND expires_at <= ?", (now,))
-    conn.execute("DELETE FROM budget_holds WHERE charged = 1 AND expires_at <= ?", (now - 86400.0,))
+        _charge(store, conn, expired, schema)
+    conn.execute(store.sql(f"DELETE FROM {schema}budget_holds WHERE charged AND expires_at <= ?"), (now - 86400.0,))
     return len(expired)
 
 
-class ConversationsMixin(Database):
+def charge_dead(store: SqlStore, schema: str, live_owners: Callable[[], set[str]]) -> int:
+    """Charge in full, now, the live holds in ``schema`` whose owner (the ``@owner`` of the id) is not
+    in ``live_owners()``; the owners are judged again inside the write transaction. Returns how many."""
+    has_owner = store.sql(f"SELECT hold_id FROM {schema}budget_holds WHERE NOT charged AND {{instr}}(hold_id, '@') > 0")
+    rows = store.query(has_owner)
+    if not rows:
+        return 0
+    live = live_owners()
+    if all(hold_owner(r[0]) in live for r in rows):
+        return 0
+    with store.transaction() as conn:
+        live = live_owners()
+        found = conn.execute(store.sql(f"SELECT hold_id, origin, day, tokens, cost_usd FROM {schema}budget_holds "
+                                       "WHERE NOT charged AND {instr}(hold_id, '@') > 0 "
+                                       "ORDER BY origin, day, hold_id{for_update}")).fetchall()
+        dead = [r for r in found if hold_owner(r[0]) not in live]
+        if dead:
+            _charge(store, conn, dead, schema)
+    return len(dead)
+
+
+class ConversationsMixin(SqlStore):
     """Conversations, append-only (schema 5): a row of ``conversations`` with the name, metadata and
     ``message_count``, and a row of ``conversation_messages`` per message. A turn writes only the
-    messages it adds (:meth:`append_messages`), so its cost does not grow with the history."""
+    messages it adds (:meth:`append_messages`), so its cost does not grow with the history. How the
+    rows are written (``_write_messages``) is each store's own."""
 
     def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
                           meta: dict[str, Any]) -> None:
@@ -190,34 +198,16 @@ class ConversationsMixin(Database):
 
     def _write_messages(self, conv_id: str, origin: str, name: str, start: int,
                         messages: list[dict[str, Any]], meta: dict[str, Any], *, replace: bool) -> None:
-        bodies = [dumps(m) for m in messages]  # encoded before taking the write lock
-        now = self.now()
-        with self.transaction() as conn:
-            row = conn.execute("SELECT message_count FROM conversations WHERE conv_id = ?", (conv_id,)).fetchone()
-            count = 0 if row is None else int(row[0])
-            if replace:
-                start = 0
-            elif start > count:
-                raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
-            if start < count:
-                conn.execute("DELETE FROM conversation_messages WHERE conv_id = ? AND seq >= ?", (conv_id, start))
-            conn.executemany("INSERT INTO conversation_messages (conv_id, seq, body) VALUES (?,?,?)",
-                             [(conv_id, start + n, b) for n, b in enumerate(bodies)])
-            conn.execute(
-                "INSERT INTO conversations (conv_id, origin, name, messages, meta, created_at, updated_at, "
-                "message_count) VALUES (?,?,?,'[]',?,?,?,?) ON CONFLICT (conv_id) DO UPDATE SET "
-                "origin = excluded.origin, name = excluded.name, meta = excluded.meta, "
-                "updated_at = excluded.updated_at, message_count = excluded.message_count",
-                (conv_id, origin, name, dumps(meta), now, now, start + len(bodies)))
+        raise NotImplementedError
 
     def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
         """``{conv_id, origin, name, messages, meta, created_at, updated_at}`` or None."""
         with self.snapshot() as conn:
-            row = conn.execute("SELECT conv_id, origin, name, meta, created_at, updated_at "
-                               "FROM conversations WHERE conv_id = ?", (conv_id,)).fetchone()
+            row = conn.execute(self.sql("SELECT conv_id, origin, name, meta, created_at, updated_at "
+                                        "FROM conversations WHERE conv_id = ?"), (conv_id,)).fetchone()
             if row is None:
                 return None
-            bodies = conn.execute("SELECT body FROM conversation_messages WHERE conv_id = ? ORDER BY seq",
+            bodies = conn.execute(self.sql("SELECT body FROM conversation_messages WHERE conv_id = ? ORDER BY seq"),
                                   (conv_id,)).fetchall()
         cid, origin, name, meta, created, updated = row
         # one json.loads over the joined rows: a parse per message costs more than the join
@@ -227,22 +217,22 @@ class ConversationsMixin(Database):
 
     def conversation_origin(self, conv_id: str) -> str | None:
         """The origin of a stored conversation, without reading its messages."""
-        rows = self.query("SELECT origin FROM conversations WHERE conv_id = ?", (conv_id,))
+        rows = self.query(self.sql("SELECT origin FROM conversations WHERE conv_id = ?"), (conv_id,))
         return rows[0][0] if rows else None
 
     def list_conversations(self, origin: str | None = None) -> list[dict[str, Any]]:
         """Summaries (no messages; ``message_count`` instead), most recently updated first."""
         sql = "SELECT conv_id, origin, name, message_count, meta, created_at, updated_at FROM conversations"
-        rows = self.query(sql + " ORDER BY updated_at DESC, rowid DESC") if origin is None else \
-            self.query(sql + " WHERE origin = ? ORDER BY updated_at DESC, rowid DESC", (origin,))
+        rows = self.query(self.sql(sql + " ORDER BY updated_at DESC, {seq} DESC")) if origin is None else \
+            self.query(self.sql(sql + " WHERE origin = ? ORDER BY updated_at DESC, {seq} DESC"), (origin,))
         return [{"conv_id": c, "origin": o, "name": n, "message_count": k, "meta": json.loads(m),
                  "created_at": ca, "updated_at": ua} for c, o, n, k, m, ca, ua in rows]
 
     def delete_conversation(self, conv_id: str) -> bool:
         """Remove a conversation and its messages; True if it existed. Its runs stay in the journal."""
         with self.transaction() as conn:
-            conn.execute("DELETE FROM conversation_messages WHERE conv_id = ?", (conv_id,))
-            return conn.execute("DELETE FROM conversations WHERE conv_id = ?", (conv_id,)).rowcount > 0
+            conn.execute(self.sql("DELETE FROM conversation_messages WHERE conv_id = ?"), (conv_id,))
+            return conn.execute(self.sql("DELETE FROM conversations WHERE conv_id = ?"), (conv_id,)).rowcount > 0
 
 
 def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
@@ -256,7 +246,7 @@ def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, met
         raise TypeError("meta must be a dict")
 
 
-class TrustMixin(Database):
+class TrustMixin(SqlStore):
     """Saved trust ("Always allow for this notebook") and MCP tool pins, both bound to a tool digest."""
 
     def add_trust(self, origin: str, server: str, tool: str, digest: str) -> None:
@@ -266,19 +256,20 @@ class TrustMixin(Database):
         check_tool_key(server, tool, builtin_ok=True)
         check_text("digest", digest)
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO trust (origin, server, tool, digest, created_at) VALUES (?,?,?,?,?)",
-                         (origin, server, tool, digest, self.now()))
+            conn.execute(self.sql("INSERT INTO trust (origin, server, tool, digest, created_at) VALUES (?, ?, ?, ?, ?) "
+                                  "ON CONFLICT (origin, server, tool) DO UPDATE SET digest = excluded.digest, "
+                                  "created_at = excluded.created_at"), (origin, server, tool, digest, self.now()))
 
     def has_trust(self, origin: str, server: str, tool: str, digest: str) -> bool:
         """True only when ``origin`` trusts ``(server, tool)`` with exactly this digest."""
-        return bool(self.query("SELECT 1 FROM trust WHERE origin = ? AND server = ? AND tool = ? AND digest = ?",
-                               (origin, server, tool, digest)))
+        return bool(self.query(self.sql("SELECT 1 FROM trust WHERE origin = ? AND server = ? AND tool = ? "
+                                        "AND digest = ?"), (origin, server, tool, digest)))
 
     def list_trust(self, origin: str | None = None) -> list[dict[str, Any]]:
         """``[{origin, server, tool, digest, created_at}]`` ordered by origin, server, tool."""
         sql = "SELECT origin, server, tool, digest, created_at FROM trust"
         rows = self.query(sql + " ORDER BY origin, server, tool") if origin is None else \
-            self.query(sql + " WHERE origin = ? ORDER BY server, tool", (origin,))
+            self.query(self.sql(sql + " WHERE origin = ? ORDER BY server, tool"), (origin,))
         return [{"origin": o, "server": sv, "tool": t, "digest": d, "created_at": c} for o, sv, t, d, c in rows]
 
     def revoke_trust(self, origin: str, *, server: str | None = None, tool: str | None = None) -> int:
@@ -287,10 +278,11 @@ class TrustMixin(Database):
             raise ValueError("revoke_trust: a tool is named by (server, tool); pass server ('' for relay's own)")
         with self.transaction() as conn:
             if server is None:
-                return conn.execute("DELETE FROM trust WHERE origin = ?", (origin,)).rowcount
+                return conn.execute(self.sql("DELETE FROM trust WHERE origin = ?"), (origin,)).rowcount
             if tool is None:
-                return conn.execute("DELETE FROM trust WHERE origin = ? AND server = ?", (origin, server)).rowcount
-            return conn.execute("DELETE FROM trust WHERE origin = ? AND server = ? AND tool = ?",
+                return conn.execute(self.sql("DELETE FROM trust WHERE origin = ? AND server = ?"),
+                                    (origin, server)).rowcount
+            return conn.execute(self.sql("DELETE FROM trust WHERE origin = ? AND server = ? AND tool = ?"),
                                 (origin, server, tool)).rowcount
 
     def put_pin(self, server: str, tool: str, digest: str, tool_class: ToolClass | str) -> None:
@@ -300,18 +292,20 @@ class TrustMixin(Database):
         check_text("digest", digest)
         cls = ToolClass(tool_class)
         with self.transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO pins (server, tool, digest, tool_class, created_at) "
-                         "VALUES (?,?,?,?,?)", (server, tool, digest, cls.value, self.now()))
+            conn.execute(self.sql("INSERT INTO pins (server, tool, digest, tool_class, created_at) "
+                                  "VALUES (?, ?, ?, ?, ?) ON CONFLICT (server, tool) DO UPDATE SET "
+                                  "digest = excluded.digest, tool_class = excluded.tool_class, "
+                                  "created_at = excluded.created_at"), (server, tool, digest, cls.value, self.now()))
 
     def get_pin(self, server: str, tool: str) -> tuple[str, ToolClass] | None:
         """``(digest, class)`` of the pin of ``(server, tool)``, or None. The caller compares the digest."""
-        rows = self.query("SELECT digest, tool_class FROM pins WHERE server = ? AND tool = ?", (server, tool))
+        rows = self.query(self.sql("SELECT digest, tool_class FROM pins WHERE server = ? AND tool = ?"), (server, tool))
         return (rows[0][0], ToolClass(rows[0][1])) if rows else None
 
     def delete_pin(self, server: str, tool: str) -> bool:
         """Remove the pin of ``(server, tool)``; True if there was one."""
         with self.transaction() as conn:
-            return conn.execute("DELETE FROM pins WHERE server = ? AND tool = ?", (server, tool)).rowcount > 0
+            return conn.execute(self.sql("DELETE FROM pins WHERE server = ? AND tool = ?"), (server, tool)).rowcount > 0
 
     def list_pins(self) -> list[dict[str, Any]]:
         """``[{server, tool, digest, tool_class, created_at}]`` ordered by server, tool."""

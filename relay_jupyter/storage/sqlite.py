@@ -17,13 +17,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ._db import check_amount, check_text, dumps
 from .checkpoints import CheckpointJournal
 from .events import EventsMixin
 from .journal import JournalMixin
 from .leases import LeasesMixin
 from .paths import data_dir
-from .records import ConversationsMixin, GrantsMixin, TrustMixin
+from .records import ConversationsMixin, GrantsMixin, TrustMixin, hold_id_of, sweep_expired
 from .telemetry import TelemetryMixin
 
 __all__ = ["DB_NAME", "Store"]
@@ -61,3 +63,49 @@ class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMix
         if self._checkpoints is None:
             self._checkpoints = CheckpointJournal(database=self)
         return self._checkpoints
+
+    # -- what is SQLite's own (the shared statements: records.py, journal.py, leases.py, telemetry.py) --
+    def hold(self, origin: str, day: str, tokens: int, cost_usd: float, *, now: float, expires_at: float,
+             check: Callable[[int, float, int, float], None]) -> str:
+        """One ``BEGIN IMMEDIATE`` transaction: charge expired holds, read the day's committed usage
+        and live holds, call ``check(used_tokens, used_cost, held_tokens, held_cost)`` (it raises to
+        refuse: the transaction rolls back) and insert a hold. SQLite's write lock makes the check and
+        the insert atomic across every process on the file. Returns the hold's id."""
+        check_text("origin", origin)
+        check_text("day", day)
+        check_amount("tokens", tokens)
+        check_amount("cost_usd", cost_usd)
+        hold_id = hold_id_of(self.owner_id)
+        with self.transaction() as conn:
+            sweep_expired(self, conn, now)
+            used = conn.execute("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?",
+                                (origin, day)).fetchone() or (0, 0.0)
+            held = conn.execute("SELECT COALESCE(SUM(tokens), 0), COALESCE(SUM(cost_usd), 0) FROM budget_holds "
+                                "WHERE origin = ? AND day = ? AND NOT charged", (origin, day)).fetchone()
+            check(int(used[0]), float(used[1]), int(held[0]), float(held[1]))
+            conn.execute("INSERT INTO budget_holds (hold_id, origin, day, tokens, cost_usd, created_at, expires_at) "
+                         "VALUES (?,?,?,?,?,?,?)", (hold_id, origin, day, int(tokens), float(cost_usd), float(now),
+                                                    float(expires_at)))
+        return hold_id
+
+    def _write_messages(self, conv_id: str, origin: str, name: str, start: int,
+                        messages: list[dict[str, Any]], meta: dict[str, Any], *, replace: bool) -> None:
+        bodies = [dumps(m) for m in messages]  # encoded before taking the write lock
+        now = self.now()
+        with self.transaction() as conn:
+            row = conn.execute("SELECT message_count FROM conversations WHERE conv_id = ?", (conv_id,)).fetchone()
+            count = 0 if row is None else int(row[0])
+            if replace:
+                start = 0
+            elif start > count:
+                raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
+            if start < count:
+                conn.execute("DELETE FROM conversation_messages WHERE conv_id = ? AND seq >= ?", (conv_id, start))
+            conn.executemany("INSERT INTO conversation_messages (conv_id, seq, body) VALUES (?,?,?)",
+                             [(conv_id, start + n, b) for n, b in enumerate(bodies)])
+            conn.execute(
+                "INSERT INTO conversations (conv_id, origin, name, messages, meta, created_at, updated_at, "
+                "message_count) VALUES (?,?,?,'[]',?,?,?,?) ON CONFLICT (conv_id) DO UPDATE SET "
+                "origin = excluded.origin, name = excluded.name, meta = excluded.meta, "
+                "updated_at = excluded.updated_at, message_count = excluded.message_count",
+                (conv_id, origin, name, dumps(meta), now, now, start + len(bodies)))

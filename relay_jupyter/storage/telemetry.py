@@ -1,13 +1,13 @@
-"""The telemetry table of the SQLite store (schema 6; core/telemetry.py, docs/telemetry.md)."""
+"""The telemetry table of both SQL stores (SQLite schema 6, PostgreSQL; core/telemetry.py, docs/telemetry.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..core.telemetry import MAX_QUERY_ROWS, TelemetryRow, check_telemetry_query
-from ._db import Database
+from .dialect import SqlStore
 
-__all__ = ["COLUMNS", "TelemetryMixin", "row_from_db", "row_values"]
+__all__ = ["COLUMNS", "TelemetryMixin", "row_from_db", "row_values", "select_sql"]
 
 #: The stored fields, in column order (``id`` first): the names of :class:`TelemetryRow`.
 COLUMNS: tuple[str, ...] = ("id", "ts", "origin", "source", "model", "session", "lineage", "run_id", "profile",
@@ -17,8 +17,9 @@ _INSERT = COLUMNS[1:]
 
 
 def row_values(row: TelemetryRow) -> tuple[Any, ...]:
-    """The values of ``row`` for an INSERT of :data:`COLUMNS` without ``id``."""
-    return tuple(int(getattr(row, c)) if c == "estimated" else getattr(row, c) for c in _INSERT)
+    """The values of ``row`` for an INSERT of :data:`COLUMNS` without ``id`` (``estimated`` a bool:
+    SQLite stores it as 1/0 in its INTEGER column, PostgreSQL in its BOOLEAN one)."""
+    return tuple(bool(row.estimated) if c == "estimated" else getattr(row, c) for c in _INSERT)
 
 
 def row_from_db(values: tuple[Any, ...]) -> TelemetryRow:
@@ -28,16 +29,32 @@ def row_from_db(values: tuple[Any, ...]) -> TelemetryRow:
     return TelemetryRow.model_validate(data)
 
 
-class TelemetryMixin(Database):
-    """``TelemetryStore`` (core/telemetry.py) on the store's one connection."""
+_INSERT_SQL = f"INSERT INTO telemetry ({','.join(_INSERT)}) VALUES ({','.join('?' * len(_INSERT))})"
+
+
+def select_sql(origin: str | None, since: float | None, n: int) -> tuple[str, tuple[Any, ...]]:
+    """The newest ``n`` rows (of ``origin``, at or after ``since``): the statement (``?`` marks: a
+    store passes it through its :class:`~relay_jupyter.storage.dialect.Dialect`) and its parameters."""
+    where, params = [], []
+    if origin is not None:
+        where.append("origin = ?")
+        params.append(origin)
+    if since is not None:
+        where.append("ts >= ?")
+        params.append(float(since))
+    sql = (f"SELECT {','.join(COLUMNS)} FROM telemetry" + (" WHERE " + " AND ".join(where) if where else "")
+           + " ORDER BY id DESC LIMIT ?")
+    return sql, (*params, n)
+
+
+class TelemetryMixin(SqlStore):
+    """``TelemetryStore`` (core/telemetry.py), for both stores (PostgreSQL: in the user's own schema)."""
 
     def record_telemetry(self, row: TelemetryRow) -> TelemetryRow:
         if not isinstance(row, TelemetryRow):
             raise TypeError(f"record_telemetry needs a TelemetryRow, got {row.__class__.__name__}")
-        marks = ",".join("?" * len(_INSERT))
         with self.transaction() as conn:
-            cur = conn.execute(f"INSERT INTO telemetry ({','.join(_INSERT)}) VALUES ({marks})", row_values(row))
-            new_id = int(cur.lastrowid or 0)
+            new_id = self.sql.insert_id(conn, self.sql(_INSERT_SQL), row_values(row))
         return row.model_copy(update={"id": new_id})
 
     def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
@@ -46,19 +63,10 @@ class TelemetryMixin(Database):
         n = min(limit, MAX_QUERY_ROWS)
         if n <= 0:
             return []
-        where, params = [], []
-        if origin is not None:
-            where.append("origin = ?")
-            params.append(origin)
-        if since is not None:
-            where.append("ts >= ?")
-            params.append(float(since))
-        sql = (f"SELECT {','.join(COLUMNS)} FROM telemetry" + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY id DESC LIMIT ?")
-        rows = self.query(sql, (*params, n))
-        return [row_from_db(r) for r in reversed(rows)]
+        sql, params = select_sql(origin, since, n)
+        return [row_from_db(r) for r in reversed(self.query(self.sql(sql), params))]
 
     def prune_telemetry(self, before: float) -> int:
         check_telemetry_query(None, before, 0)
         with self.transaction() as conn:
-            return conn.execute("DELETE FROM telemetry WHERE ts < ?", (float(before),)).rowcount
+            return conn.execute(self.sql("DELETE FROM telemetry WHERE ts < ?"), (float(before),)).rowcount
