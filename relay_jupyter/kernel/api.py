@@ -190,6 +190,16 @@ class Relay:
             print(("✓ " if state == "signed_in" else "✗ ") + message)
         return {"server": server, "state": state, "message": message}
 
+    def prompts(self, server: str | None = None) -> Any:
+        """The MCP prompts this notebook can use with ``%agent --prompt server:name`` (those of the servers its
+        grant reaches; one server's with ``server``) as a pandas DataFrame: prompt, description, arguments
+        (``name?`` is optional)."""
+        from .mcp_prompt import prompt_rows
+        from .widgets.tables import frame
+
+        params = {"server": server} if server is not None else {}
+        return frame(prompt_rows(self._call(Method.MCP_PROMPTS_LIST, params)))
+
     def checkpoints(self, n: int = 100) -> Any:
         """This notebook's pushes into the Jupyter root (newest first) as a pandas DataFrame: id, target,
         state (``applied``, ``reverted``, ...), digests, times."""

@@ -5,6 +5,7 @@ Syntax::
     %%agent [--model M] [--backend anthropic|openai|demo] [--engine relay|claude-code] [--profile NAME]
             [--chat NAME] [--new] [--mode ask|review|full]
             [--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg]
+            [--prompt SERVER:NAME [--arg NAME=VALUE ...]]
     <prompt>
 
     %agent [options] <prompt on the same line>
@@ -12,6 +13,9 @@ Syntax::
 The input transformer (``transformer.py``) rewrites such a cell into ``await _run_cell(line, body)``
 so the kernel keeps handling widget clicks while the cell waits (ipykernel >= 7.4). Configure with
 ``%config AgentMagics.<trait> = ...`` or an IPython profile.
+
+``--prompt server:name`` takes the request from an MCP server's prompt (``kernel/mcp_prompt.py``; the cell's
+own text, if any, is added after it).
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from ..protocol.run_choices import BACKEND_NAMES, ENGINE_NAMES, PROFILE_NAME_PAT
 from .consent import SURFACES, ConsentPolicy
 from .conversations import valid_chat_name
 from .errors import AgentError, AgentUsageError
+from .mcp_prompt import PromptRunOptions, parse_prompt_ref, resolve_prompt
 from .session import RunOptions, Session
 
 __all__ = ["USAGE", "AgentMagics", "parse_line", "run_cell_async"]
 
 USAGE = (f"usage: %%agent [--model M] [--backend {'|'.join(BACKEND_NAMES)}] [--engine {'|'.join(ENGINE_NAMES)}] [--profile NAME] [--chat NAME] [--new] [--mode ask|review|full] "
-         "[--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg]")
+         "[--max-tokens N] [--tools a,b | --no-tools] [--var NAME ...] [--bg] [--prompt SERVER:NAME [--arg NAME=VALUE ...]]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,6 +76,8 @@ def _build_parser() -> _Parser:
     group.add_argument("--no-tools", action="store_true", dest="no_tools")
     parser.add_argument("--var", action="append", nargs="+", default=[])
     parser.add_argument("--bg", action="store_true")
+    parser.add_argument("--prompt", dest="mcp_prompt")
+    parser.add_argument("--arg", action="append", default=[], dest="prompt_args")
     parser.add_argument("prompt", nargs="*")
     return parser
 
@@ -92,7 +99,10 @@ def parse_line(line: str, body: str = "", *, cell_id: str | None = None) -> RunO
     if body.strip() and args.prompt:
         raise AgentUsageError(f"%%agent: unexpected text on the magic line: {' '.join(args.prompt)!r} "
                               "(put the prompt in the cell body)")
-    if not prompt.strip():
+    if args.prompt_args and args.mcp_prompt is None:
+        raise AgentUsageError("%%agent: --arg is for an MCP prompt's arguments: give --prompt SERVER:NAME too")
+    ref = parse_prompt_ref(args.mcp_prompt, args.prompt_args) if args.mcp_prompt is not None else None
+    if not prompt.strip() and ref is None:
         raise AgentUsageError("%%agent: the prompt is empty (write it in the cell body)")
     if not valid_chat_name(args.chat):
         raise AgentUsageError(f"%%agent: --chat {args.chat!r} is not a valid name (letters, digits, . _ -)")
@@ -112,11 +122,13 @@ def parse_line(line: str, body: str = "", *, cell_id: str | None = None) -> RunO
     if args.profile is not None and not re.match(PROFILE_NAME_PATTERN, args.profile):
         raise AgentUsageError(f"%%agent: --profile {args.profile[:40]!r} is not a profile name (1-32 of letters, "
                               "digits, _ -; see `jupyter relay profiles list`)")
-    return RunOptions(prompt=prompt, model=args.model, backend=args.backend, engine=args.engine,
+    options = PromptRunOptions if ref is not None else RunOptions
+    extra = {"mcp_prompt": ref} if ref is not None else {}
+    return options(prompt=prompt, model=args.model, backend=args.backend, engine=args.engine,
                       profile=args.profile, chat=args.chat,
                       new=args.new,
                       mode=args.mode, max_tokens=args.max_tokens, tools=tools, variables=variables,
-                      background=args.bg, cell_id=cell_id)
+                      background=args.bg, cell_id=cell_id, **extra)
 
 
 @magics_class
@@ -178,6 +190,7 @@ class AgentMagics(Magics):
     async def run(self, line: str, body: str) -> None:
         """Parse and run one cell; ``--bg`` returns at once and keeps writing into this cell's output."""
         opts = parse_line(line, body, cell_id=self.current_cell_id)
+        opts = await resolve_prompt(self.session, opts)  # --prompt server:name: the prompt's text (shown) as the request
         if opts.background:
             task = asyncio.ensure_future(self._background(opts))
             self.session.runs[str(id(task))] = task

@@ -221,6 +221,54 @@ class McpRegistry:
         await asyncio.wait({pending.url, pending.task}, timeout=url_wait, return_when=asyncio.FIRST_COMPLETED)
         return pending
 
+    # -- prompts (``%agent --prompt server:name``; issue 20 item 4) --------------------------------
+
+    async def _connected(self, name: str) -> _Server:
+        server = self._servers.get(name)
+        if server is None:
+            raise RoutingRefusal(Code.NOT_FOUND, f"no MCP server named {name!r} is configured (or it is disabled)")
+        if not server.connection.connected and not await self._connect(server):
+            raise McpToolError(server.config.name, "connect", server.error or "MCP server unavailable")
+        return server
+
+    def servers_named(self) -> list[str]:
+        """The configured (enabled, valid) servers' names."""
+        return list(self._servers)
+
+    async def prompts(self, name: str) -> list[dict[str, Any]]:
+        """The prompts server ``name`` lists (``McpConnection.list_prompts``: bounded, strings cut); [] when
+        it does not announce ``prompts``.
+
+        Raises:
+            RoutingRefusal: ``NOT_FOUND`` (no such server).
+            McpToolError: the server cannot be reached or hung (``TOOL_ERROR``).
+        """
+        return await (await self._connected(name)).connection.list_prompts()
+
+    async def prompt(self, name: str, prompt: str, arguments: dict[str, str]) -> dict[str, Any]:
+        """Fetch one prompt (``prompts/get``) with ``arguments``: ``{"messages": [{role, text}], "truncated"}``.
+        The prompt must be one the server lists now, and every argument it marks ``required`` given; unknown
+        argument names are refused (one line naming what it takes) before anything is sent.
+
+        Raises:
+            RoutingRefusal: ``NOT_FOUND`` (server or prompt), ``INVALID_ARGUMENTS``.
+            McpToolError: ``TOOL_ERROR`` (unreachable, hung, or the server refused the request).
+        """
+        listed = {p["name"]: p for p in await self.prompts(name)}
+        found = listed.get(prompt)
+        if found is None:
+            offered = ", ".join(sorted(listed)[:20]) or "none"
+            raise RoutingRefusal(Code.NOT_FOUND, f"MCP server {name!r} offers no prompt {prompt[:80]!r} "
+                                                 f"(its prompts: {offered})")
+        takes = {a["name"]: a for a in found["arguments"]}
+        unknown = sorted(set(arguments) - set(takes))
+        missing = sorted(a for a, spec in takes.items() if spec["required"] and a not in arguments)
+        if unknown or missing:
+            wanted = ", ".join(f"{a}{'' if spec['required'] else '?'}" for a, spec in takes.items()) or "none"
+            what = f"unknown argument {unknown[0]!r}" if unknown else f"missing argument {missing[0]!r}"
+            raise RoutingRefusal(Code.INVALID_ARGUMENTS, f"prompt {name}:{prompt}: {what} (it takes: {wanted})")
+        return await self._servers[name].connection.get_prompt(prompt, arguments)
+
     def set_elicitation_handler(self, handler: Any) -> None:
         """Who asks the user when a server sends ``elicitation/create`` during a call (the broker's
         ``ElicitationRouter``; docs/mcp.md, "Elicitation"). None declines every question."""

@@ -52,6 +52,13 @@ __all__ = [
     "KillParams",
     "KillResult",
     "McpServerParams",
+    "McpPromptArgument",
+    "McpPromptGetParams",
+    "McpPromptGetResult",
+    "McpPromptInfo",
+    "McpPromptMessage",
+    "McpPromptsListParams",
+    "McpPromptsListResult",
     "McpSignInResult",
     "McpSignInWaitParams",
     "OkResult",
@@ -426,6 +433,53 @@ class McpSignInResult(TypedDict):
     message: str
 
 
+class McpPromptsListParams(TypedDict):
+    """``mcp.prompts_list``: one server's prompts, or those of every server the grant reaches."""
+
+    server: NotRequired[str | None]
+    origin: NotRequired[str | None]
+
+
+class McpPromptArgument(TypedDict):
+    name: str
+    description: str
+    required: bool
+
+
+class McpPromptInfo(TypedDict):
+    server: str
+    name: str
+    description: str
+    arguments: list[McpPromptArgument]
+
+
+class McpPromptsListResult(TypedDict):
+    prompts: list[McpPromptInfo]
+    problems: dict[str, str]
+
+
+class McpPromptGetParams(TypedDict):
+    """``mcp.prompt_get``: ``%agent --prompt server:name --arg k=v``."""
+
+    server: Required[str]
+    name: Required[str]
+    arguments: NotRequired[dict[str, str]]
+    origin: NotRequired[str | None]
+
+
+class McpPromptMessage(TypedDict):
+    role: str
+    text: str
+
+
+class McpPromptGetResult(TypedDict):
+    server: str
+    name: str
+    messages: list[McpPromptMessage]
+    text: str
+    truncated: bool
+
+
 #: Every RPC method the kernel calls -> (params, result). The test compares each with the broker's models.
 KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "grants.get": (OriginParams, GrantsGetResult),
@@ -451,6 +505,8 @@ KERNEL_METHODS: dict[str, tuple[type, type]] = {
     "elicitation.answer": (ElicitationAnswerParams, ElicitationAnswerResult),
     "mcp.sign_in": (McpServerParams, McpSignInResult),
     "mcp.sign_in_wait": (McpSignInWaitParams, McpSignInResult),
+    "mcp.prompts_list": (McpPromptsListParams, McpPromptsListResult),
+    "mcp.prompt_get": (McpPromptGetParams, McpPromptGetResult),
 }
 
 

@@ -1,4 +1,4 @@
-"""Wire models of ``mcp.*`` (docs/protocol.md): OAuth sign-in to an HTTP MCP server."""
+"""Wire models of ``mcp.*`` (docs/protocol.md): OAuth sign-in to an HTTP MCP server; MCP prompts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pydantic import Field
 
 from .strict import Strict
 
-__all__ = ["McpServerParams", "McpSignInResult", "McpSignInWaitParams", "McpSignOutResult"]
+__all__ = ["McpPromptArgument", "McpPromptGetParams", "McpPromptGetResult", "McpPromptInfo", "McpPromptMessage",
+           "McpPromptsListParams", "McpPromptsListResult", "McpServerParams", "McpSignInResult",
+           "McpSignInWaitParams", "McpSignOutResult"]
 
 _SERVER = Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
@@ -36,3 +38,54 @@ class McpSignInResult(Strict):
 class McpSignOutResult(Strict):
     server: str
     signed_out: bool
+
+
+# -- prompts (``%agent --prompt server:name``; docs/mcp.md "Prompts") ---------------------------------------------
+
+class McpPromptsListParams(Strict):
+    server: str | None = Field(default=None, min_length=1, max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+    """One server; None: every server the caller's grant reaches."""
+    origin: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Browser only: the notebook the listing is for (its grant decides which servers)."""
+
+
+class McpPromptArgument(Strict):
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+class McpPromptInfo(Strict):
+    server: str
+    name: str
+    description: str = ""
+    arguments: list[McpPromptArgument] = Field(default_factory=list)
+
+
+class McpPromptsListResult(Strict):
+    prompts: list[McpPromptInfo]
+    problems: dict[str, str] = Field(default_factory=dict)
+    """Server name -> one line, for a server whose prompts could not be listed (unreachable, ...)."""
+
+
+class McpPromptGetParams(Strict):
+    server: str = _SERVER
+    name: str = Field(min_length=1, max_length=200)
+    arguments: dict[str, str] = Field(default_factory=dict, max_length=32)
+    """Prompt argument values (strings, as MCP has them): names of at most 100, values of at most 8 KiB."""
+    origin: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Browser only: the notebook the prompt is for."""
+
+
+class McpPromptMessage(Strict):
+    role: str
+    text: str
+
+
+class McpPromptGetResult(Strict):
+    server: str
+    name: str
+    messages: list[McpPromptMessage]
+    text: str
+    """The messages as one request (a lone user message is its text; otherwise ``[role]`` headed blocks)."""
+    truncated: bool = False

@@ -400,7 +400,10 @@ class PlainGatewayHandler(_EarlyBody, GatewayHandler):
     ``resolve_caller``: like ``{base_url}relay/mcp`` in the Jupyter server it opens with a gateway token only
     (``jupyter relay mcp-token``), never with the daemon token; its own 401, 400 (token in the URL), 403
     (foreign ``Origin``). Told to ``activity`` like the other endpoints (a client calling tools keeps the
-    daemon from idling out)."""
+    daemon from idling out). No side panel here: a ``--notebook`` token (no originator) is refused with one line
+    (``panel_answers``) instead of having every write time out."""
+
+    panel_answers = False
 
     def initialize(self, **_: Any) -> None:
         self.gateway = mcp_gateway_of(self.settings["relay_broker"])

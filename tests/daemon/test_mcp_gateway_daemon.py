@@ -6,7 +6,9 @@ A real daemon subprocess with the shipped test MCP server (stdio, from ``mcp.jso
 agent`` token. It is offered only the granted tools; a pinned read runs and is audited (``mcpgw_`` id); a write
 waits for consent, which the daemon client ``agent`` answers over RPC (another client name cannot); denied writes
 nothing, allowed writes. The daemon token, a wrong token, none, a revoked one: the gateway's one 401 (the daemon
-token never stands in for a gateway token). The token is in no daemon log line or audit record.
+token never stands in for a gateway token). A Jupyter notebook's ``--notebook`` token, whose cards only a side
+panel could answer, is refused with one line (403) instead of timing out on every write. The token is in no daemon
+log line or audit record.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ async def test_the_daemon_serves_the_gateway_with_gateway_tokens_only(tmp_path: 
     assert minted.returncode == 0, minted.stderr
     secret = next(w for line in minted.stdout.splitlines() for w in line.split() if w.startswith("relay-mcp-"))
     assert "daemon:agent" in minted.stdout
+    # a Jupyter notebook's token (its cards go to a side panel, which the daemon has not): refused in one line
+    notebook = run_cli(tmp_path, "mcp-token", "--notebook", "nb.ipynb")
+    assert notebook.returncode == 0, notebook.stderr
+    nb_secret = next(w for line in notebook.stdout.splitlines() for w in line.split() if w.startswith("relay-mcp-"))
     other = run_cli(tmp_path, "mcp-token", "--client", "bad name!")
     assert other.returncode == 2 and len(other.stderr.strip().splitlines()) == 1
 
@@ -125,6 +131,10 @@ async def test_the_daemon_serves_the_gateway_with_gateway_tokens_only(tmp_path: 
             assert (await raw.post(url, json=body, headers={"Authorization": f"Bearer {secret}",
                                                            "Origin": "https://evil.example"})).status_code == 403
             assert (await raw.post(url, json=body, headers={"Authorization": f"Bearer {secret}"})).status_code == 200
+            nb_answer = await raw.post(url, json=body, headers={"Authorization": f"Bearer {nb_secret}"})
+            assert nb_answer.status_code == 403, nb_answer.text
+            message = nb_answer.json()["error"]["message"]
+            assert "mcp-token --client NAME" in message and "side panel" in message and "\n" not in message
             revoked = run_cli(tmp_path, "mcp-token", "--revoke", "all")
             assert revoked.returncode == 0, revoked.stderr
             assert (await raw.post(url, json=body, headers={"Authorization": f"Bearer {secret}"})).status_code == 401

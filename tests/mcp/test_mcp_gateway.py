@@ -222,8 +222,24 @@ async def test_a_cli_token_reaches_one_notebooks_grant_and_can_be_revoked(tmp_pa
     assert 'claude mcp add --transport http relay' in out
     path = tokens_file(data)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and secret not in path.read_text()
+    from tornado.httpserver import HTTPServer
+    from tornado.netutil import bind_sockets
+    from tornado.web import Application
+
+    from relay_jupyter.broker.mcp_gateway import GatewayHandler
+
     async with asyncio.timeout(60), Rig(tmp_path, notes) as rig:
-        url = (await rig.gateway.session("notebook:unused.ipynb")).url  # starts the loopback listener
+        loopback = (await rig.gateway.session("notebook:unused.ipynb")).url  # starts the loopback listener
+        # the gateway mounted as the Jupyter server mounts it ({base_url}relay/mcp: server/mcp_gateway.py)
+        sockets = bind_sockets(0, "127.0.0.1")
+        mount = HTTPServer(Application([(r"/relay/mcp", GatewayHandler, {"gateway": rig.gateway})]))
+        mount.add_sockets(sockets)
+        url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}/relay/mcp"
+        async with httpx2.AsyncClient(timeout=10) as http:
+            # the loopback listener is for the broker's own subprocesses: a CLI token does not open it
+            engines_only = await http.post(loopback, headers={"Authorization": f"Bearer {secret}"},
+                                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert engines_only.status_code == 401
         async with _client(url, secret) as client:
             assert sorted(t.name for t in (await client.list_tools()).tools) == ["t__echo", "t__write_note"]
             pending = asyncio.ensure_future(client.call_tool("t__write_note", {"path": "cli.txt", "text": "x"}))
@@ -246,5 +262,6 @@ async def test_a_cli_token_reaches_one_notebooks_grant_and_can_be_revoked(tmp_pa
         assert rig.gateway.authenticate(second) is not None
         os.chmod(path, 0o644)  # a token file others can read is not trusted
         assert rig.gateway.authenticate(second) is None
+        mount.stop()
     assert main(["mcp-token", "--data-dir", str(data)]) == 2  # --notebook missing: one line, exit 2
     assert main(["mcp-token", "--notebook", "../x.ipynb", "--data-dir", str(data)]) == 2
