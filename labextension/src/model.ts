@@ -109,3 +109,93 @@ export function budgetMeters(usage: any): IMeter[] {
   }
   return out;
 }
+
+// requests per session (issue 16 item 4): the telemetry rows (`telemetry.query`, one per model request through
+// relay/anthropic, relay/openai or a %%agent turn) grouped by (origin, session), newest session first. A row
+// without a session (none was resolved) is its own group per origin and source.
+export interface ISessionSummary {
+  origin: string;
+  session: string;
+  source: string;
+  requests: number;
+  tokens: number;
+  cost: number;
+  errors: number;
+  lineage: { [kind: string]: number };
+  models: string[];
+  first: number;
+  last: number;
+}
+
+const LINEAGE_ORDER = ['new', 'continuation', 'compaction', 'undo', 'diverged'];
+
+function count(value: unknown): number {
+  const n = Number(value ?? 0);
+  return Number.isFinite(n) && n > 0 ? n : 0;
+}
+
+export function sessionsOf(rows: unknown): ISessionSummary[] {
+  const groups = new Map<string, ISessionSummary>();
+  for (const row of Array.isArray(rows) ? rows : []) {
+    if (!row || typeof row !== 'object') {
+      continue;
+    }
+    const r = row as any;
+    const origin = String(r.origin ?? '');
+    const source = String(r.source ?? '');
+    const session = r.session == null || r.session === '' ? '' : String(r.session);
+    const key = JSON.stringify([origin, session, session ? '' : source]);
+    const ts = count(r.ts);
+    let s = groups.get(key);
+    if (!s) {
+      s = { origin, session, source, requests: 0, tokens: 0, cost: 0, errors: 0, lineage: {}, models: [],
+        first: ts, last: ts };
+      groups.set(key, s);
+    }
+    s.requests += 1;
+    s.tokens += count(r.input_tokens) + count(r.output_tokens) + count(r.cache_read_tokens) +
+      count(r.cache_write_tokens);
+    s.cost += count(r.cost_usd);
+    if (r.status != null && r.status !== 'ok') {
+      s.errors += 1;
+    }
+    if (r.lineage != null && r.lineage !== '') {
+      const kind = String(r.lineage);
+      s.lineage[kind] = (s.lineage[kind] ?? 0) + 1;
+    }
+    const model = String(r.model ?? '');
+    if (model && !s.models.includes(model)) {
+      s.models.push(model);
+    }
+    if (source && !s.source.split(', ').includes(source)) {
+      s.source = s.source ? `${s.source}, ${source}` : source;
+    }
+    if (ts > 0 && (s.first === 0 || ts < s.first)) {
+      s.first = ts;
+    }
+    s.last = Math.max(s.last, ts);
+  }
+  return Array.from(groups.values()).sort((a, b) => b.last - a.last);
+}
+
+// a session's lineage counts in words: "new 1 · continuation 3 · undo 1" (the known kinds in their order, then
+// any other kind a newer broker sends, by name); "" when no request was classified
+export function lineageLine(lineage: { [kind: string]: number } | null | undefined): string {
+  const counts = lineage && typeof lineage === 'object' ? lineage : {};
+  const kinds = [...LINEAGE_ORDER.filter(k => k in counts), ...Object.keys(counts).filter(k => !LINEAGE_ORDER.includes(k)).sort()];
+  return kinds.filter(k => count(counts[k]) > 0).map(k => `${k} ${count(counts[k])}`).join(' · ');
+}
+
+// a session id as shown: a fingerprint or hash cut to its first 12 hex digits, anything else as it is
+// (bounded: a session id is at most a short identifier, docs/telemetry.md); "(none)" when absent
+export function sessionLabel(session: string | null | undefined): string {
+  const text = String(session ?? '');
+  if (!text) {
+    return '(none)';
+  }
+  const m = /^(fp:|sha256:)([0-9a-f]{12})[0-9a-f]*$/.exec(text);
+  if (m) {
+    return `${m[1]}${m[2]}…`;
+  }
+  return text.length > 40 ? `${text.slice(0, 39)}…` : text;
+}

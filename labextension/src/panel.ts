@@ -3,10 +3,16 @@
 // (the audit tail, with the notebook and the time of each decision).
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
 import { Widget } from '@lumino/widgets';
-import { auditMatches, budgetMeters, notebookOf, offeredChoices, timeOf, usageLine, visible } from './model';
+import {
+  auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, sessionLabel, sessionsOf, timeOf, usageLine,
+  visible
+} from './model';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
 
-export { auditMatches, budgetMeters, notebookOf, offeredChoices, offeredScopes, timeOf, usageLine, visible } from './model';
+export {
+  auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, offeredScopes, sessionLabel, sessionsOf, timeOf,
+  usageLine, visible
+} from './model';
 
 interface IPending {
   request_id: string;
@@ -55,6 +61,11 @@ function argumentsBesideCode(args: any): any {
 // the audit tail the panel reads, and how many of its newest (matching) records it shows
 const AUDIT_TAIL = 200;
 const AUDIT_SHOWN = 20;
+// the model requests the sessions section groups (telemetry.query's newest rows), how many sessions it shows, and
+// how often it looks again while the panel is shown (a request through relay/anthropic sends no event)
+const TELEMETRY_ROWS = 1000;
+const SESSIONS_SHOWN = 10;
+const SESSIONS_POLL_MS = 10_000;
 
 // events after which the runs, the budgets or the audit tail change (a tool decision is a new audit record)
 const REFRESH_ON = new Set([
@@ -82,6 +93,9 @@ export class RelayPanel extends Widget {
   private grants = el('div', { class: 'jp-relay-grants' });
   private audit = el('div', { class: 'jp-relay-audit' });
   private runs = el('div', { class: 'jp-relay-runs' });
+  private sessions = el('div', { class: 'jp-relay-sessions' });
+  private sessionsTimer: number | null = null;
+  private grantsGeneration = 0;
 
   constructor() {
     super();
@@ -114,6 +128,8 @@ export class RelayPanel extends Widget {
       this.grants,
       el('h3', {}, 'Runs'),
       this.runs,
+      el('h3', {}, 'Model sessions'),
+      this.sessions,
       el('h3', {}, 'Recent decisions'),
       this.auditFilter,
       this.audit,
@@ -125,6 +141,9 @@ export class RelayPanel extends Widget {
 
   dispose(): void {
     this.abort.abort();
+    if (this.sessionsTimer !== null) {
+      window.clearInterval(this.sessionsTimer);
+    }
     super.dispose();
   }
 
@@ -132,6 +151,12 @@ export class RelayPanel extends Widget {
     // live from now: the state comes from refresh()'s snapshots (replaying the whole log from id 0 on
     // every page load blocked the broker and refreshed once per replayed run.done)
     void this.client.follow(null, event => this.onEvent(event), this.abort.signal);
+    // the sessions of the model endpoints change without an event: looked at again while the panel is shown
+    this.sessionsTimer = window.setInterval(() => {
+      if (this.isVisible) {
+        void this.refreshSessions();
+      }
+    }, SESSIONS_POLL_MS);
     await this.refresh();
   }
 
@@ -168,11 +193,13 @@ export class RelayPanel extends Widget {
     const flight = { added: new Map<string, IPending>(), resolved: new Set<string>() };
     this.inFlight = flight;
     try {
-      const [pending, grants, audit, runs] = await Promise.all([
+      const [pending, grants, audit, runs, trust] = await Promise.all([
         this.client.call('permission.pending'),
         this.client.call('grants.list'),
         this.client.call('audit.tail', { n: AUDIT_TAIL }),
-        this.client.call('runs.list', { limit: 100 })
+        this.client.call('runs.list', { limit: 100 }),
+        this.client.call('trust.list'),
+        this.refreshSessions()
       ]);
       if (this.inFlight !== flight) {
         return; // a newer refresh started meanwhile: its snapshot is the fresher one
@@ -189,7 +216,7 @@ export class RelayPanel extends Widget {
         }
       }
       this.renderApprovals();
-      await this.renderGrants(grants.grants ?? []);
+      await this.renderGrants(grants.grants ?? [], trust.trust ?? []);
       this.renderAudit(audit.records ?? []);
       this.renderRuns(runs.runs ?? []);
       this.status.textContent = 'Connected to the relay broker.';
@@ -266,11 +293,63 @@ export class RelayPanel extends Widget {
     }
   }
 
-  private async renderGrants(grants: any[]): Promise<void> {
-    this.grants.replaceChildren();
+  // the sessions section's own snapshot (also on a timer: see start())
+  async refreshSessions(): Promise<void> {
+    try {
+      const got = await this.client.call('telemetry.query', { limit: TELEMETRY_ROWS });
+      this.renderSessions(got.rows ?? []);
+    } catch (err) {
+      this.sessions.replaceChildren(el('p', { class: 'jp-relay-error' },
+        `Sessions unavailable: ${err instanceof RelayError ? err.message : String(err)}`));
+    }
+  }
+
+  private renderSessions(rows: any[]): void {
+    // requests per session (issue 16 item 4): count, tokens, cost and lineage of each (origin, session)
+    this.sessions.replaceChildren();
+    const sessions = sessionsOf(rows);
+    if (sessions.length === 0) {
+      this.sessions.append(el('p', { class: 'jp-relay-empty' }, 'No model requests yet.'));
+      return;
+    }
+    // one small card per session (a seven-column table did not fit the side panel's width)
+    for (const s of sessions.slice(0, SESSIONS_SHOWN)) {
+      const figures = el('div', {},
+        el('span', { class: 'jp-relay-session-requests' }, String(s.requests)), ' requests · ',
+        el('span', { class: 'jp-relay-session-tokens' }, s.tokens.toLocaleString('en-US')), ' tokens · ',
+        el('span', { class: 'jp-relay-session-cost' }, `$${s.cost.toFixed(4)}`), ' · last ',
+        el('span', { class: 'jp-relay-time' }, timeOf(s.last)));
+      if (s.errors) {
+        figures.append(' · ', el('span', { class: 'jp-relay-error jp-relay-session-errors' }, `${s.errors} failed`));
+      }
+      const lineage = lineageLine(s.lineage);
+      this.sessions.append(
+        el(
+          'div',
+          { class: 'jp-relay-grant jp-relay-session', title: visible(`${s.source}: ${s.models.join(', ')}`) },
+          el('div', { class: 'jp-relay-card-title jp-relay-clip' },
+            el('span', { class: 'jp-relay-notebook', title: visible(s.origin) }, notebookOf(s.origin)), ' · ',
+            el('span', { class: 'jp-relay-session-id', title: visible(s.session) }, sessionLabel(s.session))),
+          figures,
+          el('div', {}, 'lineage: ', el('span', { class: 'jp-relay-session-lineage' }, lineage || '(not classified)'))
+        )
+      );
+    }
+    if (sessions.length > SESSIONS_SHOWN) {
+      this.sessions.append(el('p', { class: 'jp-relay-empty' },
+        `${sessions.length - SESSIONS_SHOWN} older session(s) not shown (relay.telemetry() in a notebook has them all).`));
+    }
+  }
+
+  private async renderGrants(grants: any[], trust: any[] = []): Promise<void> {
+    // the cards are built first and put in at once: the budget reads take a while, and two snapshots in flight
+    // (a Refresh click during an event's refresh) each emptying the list and appending after their reads
+    // showed a grant twice, or a card without its meters for a moment
+    const cards: HTMLElement[] = [];
+    const generation = ++this.grantsGeneration;
     let cost = 0;
     if (grants.length === 0) {
-      this.grants.append(el('p', { class: 'jp-relay-empty' }, 'No notebook has a grant yet.'));
+      this.grants.replaceChildren(el('p', { class: 'jp-relay-empty' }, 'No notebook has a grant yet.'));
       this.costToday = 0;
       this.emitSummary();
       return;
@@ -303,7 +382,23 @@ export class RelayPanel extends Widget {
         await this.refresh();
       };
       const tools = (grant.tools ?? []).join(', ') || '(none)';
-      this.grants.append(
+      // the notebook's saved "Always allow" answers, each with Forget (trust.revoke of that exact key)
+      const always = el('div', { class: 'jp-relay-trust' });
+      for (const t of trust.filter(t => t && t.origin === grant.origin)) {
+        const forget = el('button', { class: 'jp-mod-styled jp-relay-trust-forget' }, 'Forget');
+        forget.onclick = async () => {
+          forget.disabled = true;
+          try {
+            await this.client.call('trust.revoke', { origin: grant.origin, server: String(t.server ?? ''), tool: t.tool });
+          } catch (err) {
+            always.append(el('div', { class: 'jp-relay-error' }, String((err as Error).message)));
+          }
+          await this.refresh();
+        };
+        always.append(el('div', { class: 'jp-relay-trust-row' },
+          el('span', { class: 'jp-relay-trust-name' }, `always allowed: ${t.name ?? t.tool}`), forget));
+      }
+      cards.push(
         el(
           'div',
           { class: 'jp-relay-grant' },
@@ -312,10 +407,15 @@ export class RelayPanel extends Widget {
           el('div', {}, `tools: ${tools}`),
           el('div', {}, usage),
           meters,
+          always,
           revoke
         )
       );
     }
+    if (generation !== this.grantsGeneration) {
+      return; // a newer snapshot's grants are (or will be) shown
+    }
+    this.grants.replaceChildren(...cards);
     this.costToday = cost;
     this.emitSummary();
   }

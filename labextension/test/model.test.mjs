@@ -80,3 +80,49 @@ test('budget meters: one per day limit, clamped, over when the limit is reached'
   assert.deepEqual(budgetMeters({ tokens: 'x', tokens_limit: 'y' }), []);
   assert.deepEqual(budgetMeters(undefined), []);
 });
+
+test('sessions: requests per (origin, session) with tokens, cost, lineage and failures, newest first', async () => {
+  const { sessionsOf, lineageLine, sessionLabel } = await import('../lib/model.js');
+  const row = (over) => ({ origin: 'notebook:a.ipynb', source: 'proxy', model: 'claude-x', session: 's1',
+    lineage: 'continuation', input_tokens: 10, output_tokens: 5, cache_read_tokens: 1, cache_write_tokens: 2,
+    cost_usd: 0.5, status: 'ok', ts: 100, ...over });
+  const rows = [
+    row({ lineage: 'new', ts: 100 }),
+    row({ ts: 110 }),
+    row({ ts: 120, lineage: 'undo', status: 'upstream_error', model: 'claude-y' }),
+    // the same session id in another notebook is another session
+    row({ origin: 'notebook:b.ipynb', ts: 105, lineage: 'new' }),
+    // a %%agent turn: its session is the conversation, no lineage
+    row({ source: 'agent', session: 'default', lineage: null, ts: 130, cost_usd: 0.25 }),
+    // no session: one group per origin and source, never merged with a named one
+    row({ session: null, lineage: null, ts: 90 }),
+    'garbage', null, 7
+  ];
+  const got = sessionsOf(rows);
+  assert.deepEqual(got.map(s => [s.origin, s.session, s.requests]), [
+    ['notebook:a.ipynb', 'default', 1], ['notebook:a.ipynb', 's1', 3], ['notebook:b.ipynb', 's1', 1],
+    ['notebook:a.ipynb', '', 1]]);
+  const s1 = got[1];
+  assert.equal(s1.tokens, 3 * 18);
+  assert.equal(s1.cost, 1.5);
+  assert.equal(s1.errors, 1);
+  assert.deepEqual(s1.lineage, { new: 1, continuation: 1, undo: 1 });
+  assert.deepEqual(s1.models, ['claude-x', 'claude-y']);
+  assert.deepEqual([s1.first, s1.last], [100, 120]);
+  assert.equal(lineageLine(s1.lineage), 'new 1 · continuation 1 · undo 1');
+  assert.equal(lineageLine(got[0].lineage), '');
+  // a kind a newer broker sends is kept, by name, after the known ones; bad counts are dropped
+  assert.equal(lineageLine({ zeta: 2, compaction: 1, diverged: 'x', new: -1 }), 'compaction 1 · zeta 2');
+  assert.equal(lineageLine(undefined), '');
+  // bad figures count as zero, never NaN
+  const bad = sessionsOf([{ origin: 'o', session: 'x', input_tokens: 'many', cost_usd: -3, ts: 'y' }]);
+  assert.deepEqual([bad[0].tokens, bad[0].cost, bad[0].requests, bad[0].last], [0, 0, 1, 0]);
+  assert.deepEqual(sessionsOf(undefined), []);
+  assert.deepEqual(sessionsOf({ rows: [] }), []);
+  assert.equal(sessionLabel('fp:0123456789abcdef0123456789abcdef'), 'fp:0123456789ab…');
+  assert.equal(sessionLabel('sha256:0123456789abcdef0123456789abcdef'), 'sha256:0123456789ab…');
+  assert.equal(sessionLabel('my-session'), 'my-session');
+  assert.equal(sessionLabel(''), '(none)');
+  assert.equal(sessionLabel(null), '(none)');
+  assert.equal(sessionLabel('x'.repeat(100)).length, 40);
+});

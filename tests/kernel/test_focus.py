@@ -35,6 +35,9 @@ def test_focus_returns_to_the_notebook_after_connect_and_approve(lab: tuple[Any,
               "source": source} for i, source in enumerate(code)]
     # markdown cells: Shift+Enter on them moves on without waiting for the kernel (busy with the %%agent cell)
     cells += [{"cell_type": "markdown", "id": f"m{i}", "metadata": {}, "source": f"note {i}"} for i in range(3)]
+    # the cell Shift+Enter runs after the Approve click: code, queued behind the %%agent cell, so it runs after it
+    cells[3] = {"cell_type": "code", "execution_count": None, "id": "after", "metadata": {}, "outputs": [],
+                "source": "print('RAN-AFTER-' + 'APPROVE')"}
     (srv.root / "focus.ipynb").write_text(json.dumps({
         "cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                     "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}))
@@ -76,6 +79,10 @@ def test_focus_returns_to_the_notebook_after_connect_and_approve(lab: tuple[Any,
     page.keyboard.press("Shift+Enter")
     assert _active_cell(page) == 4
     page.locator(".jp-OutputArea-output").filter(has_text="FOCUS-DONE").first.wait_for(timeout=60_000)
+    # the keystroke after the click ran the next cell (not the %%agent cell again, not nothing)
+    after = page.locator(".jp-Notebook .jp-Cell").nth(3)
+    after.locator(".jp-OutputArea-output").filter(has_text="RAN-AFTER-APPROVE").wait_for(timeout=60_000)
+    assert page.locator(".jp-OutputArea-output").filter(has_text="RAN-AFTER-APPROVE").count() == 1
     page.screenshot(path=str(ARTIFACTS / "kernel-focus.png"), full_page=True)
     assert (srv.root / "focus.txt").read_text() == "ok"
     page.context.close()
