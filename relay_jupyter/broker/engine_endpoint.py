@@ -9,8 +9,9 @@ token or a kernel's credential.
 
 Who may call: the holder of a **per-run key** (``x-api-key`` or ``Authorization: Bearer``), minted by
 :meth:`EngineEndpoint.session` for one run, bound to that run's origin, and revoked when the run ends.
-Keys are compared by their SHA-256 digest (constant time); a missing or wrong key is a 401 in the
-Messages API's shape. The listener binds 127.0.0.1 only and starts on first use.
+Keys are kept and compared as the MCP gateway's tokens are (``broker/run_keys.KeyRing``: SHA-256 digests,
+constant time); a missing or wrong key is a 401 in the Messages API's shape. The listener binds 127.0.0.1
+only and starts on first use.
 
 Hand-written on tornado (already the server's HTTP stack) rather than mounting ``server/anthropic_endpoint``:
 the broker layer must not import the server layer, and this needs only the three routes.
@@ -18,10 +19,7 @@ the broker layer must not import the server layer, and this needs only the three
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from tornado.web import RequestHandler
 from ..core.budgets import RunBudget
 from ..core.errors import GateRefusal
 from .anthropic_proxy import MAX_BODY_BYTES, AnthropicProxy, ProxyError, anthropic_error_body
+from .run_keys import KeyRing, listen_loopback
 
 __all__ = ["EngineEndpoint", "EngineSession"]
 
@@ -62,28 +61,18 @@ class EngineEndpoint:
     def __init__(self, broker: Any, *, proxy: AnthropicProxy | None = None) -> None:
         self.broker = broker
         self.proxy = proxy or AnthropicProxy(broker)
-        self._sessions: dict[bytes, EngineSession] = {}
+        self._sessions: KeyRing[EngineSession] = KeyRing()
         self._server: Any = None
         self._port: int | None = None
 
     def _start(self) -> int:
         if self._port is None:
-            import socket
-
-            from tornado.httpserver import HTTPServer
             from tornado.web import Application
 
             app = Application([(r"/v1/messages", _Messages, {"endpoint": self}),
                                (r"/v1/messages/count_tokens", _CountTokens, {"endpoint": self}),
                                (r"/v1/models", _Models, {"endpoint": self})])
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(64)
-            sock.setblocking(False)
-            server = HTTPServer(app, max_body_size=MAX_BODY_BYTES, xheaders=False)
-            server.add_sockets([sock])
-            self._server, self._port = server, sock.getsockname()[1]
+            self._server, self._port = listen_loopback(app, MAX_BODY_BYTES)
         return self._port
 
     @asynccontextmanager
@@ -91,19 +80,18 @@ class EngineEndpoint:
                       on_refusal: Callable[[str, str], None] | None = None) -> AsyncIterator[EngineSession]:
         """A key for one run, valid inside the ``async with``."""
         port = self._start()
-        key = "relay-run-" + secrets.token_urlsafe(32)
-        digest = hashlib.sha256(key.encode()).digest()
+        key = KeyRing.new_key("relay-run-")
         try:
             run_budget: RunBudget | None = self.broker.gate.run_budget(origin)
         except GateRefusal:  # no grant: the proxy refuses every request anyway
             run_budget = None
         session = EngineSession(f"http://127.0.0.1:{port}", key, origin, run_id, on_refusal,
                                 run_budget=run_budget)
-        self._sessions[digest] = session
+        self._sessions.add(key, session)
         try:
             yield session
         finally:
-            self._sessions.pop(digest, None)
+            self._sessions.pop(key)
 
     def problem(self) -> str | None:
         """Why this endpoint cannot forward (no Anthropic key for the broker, a refused URL), or None."""
@@ -116,14 +104,7 @@ class EngineEndpoint:
         return None
 
     def authenticate(self, presented: str) -> EngineSession | None:
-        if not presented or len(presented) > 512:
-            return None
-        digest = hashlib.sha256(presented.encode()).digest()
-        session = self._sessions.get(digest)
-        # the dict lookup is by digest; the compare below keeps the check itself constant-time
-        if session is None or not hmac.compare_digest(digest, hashlib.sha256(session.key.encode()).digest()):
-            return None
-        return session
+        return self._sessions.find(presented)
 
     async def aclose(self) -> None:
         self._sessions.clear()
