@@ -42,19 +42,20 @@ def _config(tmp_path: Path, fake: FakeAnthropic) -> BrokerConfig:
                         anthropic_base_url=fake.base_url, default_engine="claude-code")
 
 
-async def _crash(tmp_path: Path, fake: FakeAnthropic, started: Path) -> dict:
+async def _crash(tmp_path: Path, fake: FakeAnthropic, started: Path, *extra: str) -> dict:
     root = tmp_path / "root"
     root.mkdir()
-    # the command records that it started, then runs long (a python child: the CLI blocks a bare `sleep`)
-    command = f"echo started >> {started}; /usr/bin/python3 -c 'import time; time.sleep(600)'"
-    fake.enqueue(Reply(text("Running it."), tool_use("Bash", {"command": command, "description": "slow"},
-                                                     id=CALL_ID)))
+    if not extra:
+        # the command records that it started, then runs long (a python child: the CLI blocks a bare `sleep`)
+        command = f"echo started >> {started}; /usr/bin/python3 -c 'import time; time.sleep(600)'"
+        fake.enqueue(Reply(text("Running it."), tool_use("Bash", {"command": command, "description": "slow"},
+                                                         id=CALL_ID)))
     stderr_path = tmp_path / "child.stderr"
     with stderr_path.open("wb") as stderr:
         child = await asyncio.create_subprocess_exec(
             sys.executable, str(HERE / "claude_code_crash_broker.py"), "--data-dir", str(tmp_path / "relay"),
             "--root", str(root), "--base-url", fake.base_url, "--conversation", CONVERSATION, "--origin", NB.origin,
-            "--model", MODEL, "--started", str(started), stdout=asyncio.subprocess.PIPE, stderr=stderr,
+            "--model", MODEL, "--started", str(started), *extra, stdout=asyncio.subprocess.PIPE, stderr=stderr,
             env={**os.environ, "RELAY_TEST_KEY": KEY})
     try:
         try:
@@ -107,4 +108,41 @@ async def test_a_broker_killed_mid_tool_call_restarts_with_outcome_unknown_and_l
             await close(broker)
             broker.close()
     assert started.read_text().splitlines() == ["started"]  # ran once, before the kill, never again
+    assert processes_under(tmp_path) == []
+
+
+async def test_a_broker_killed_mid_mcp_call_through_the_gateway_restarts_with_that_call_outcome_unknown(tmp_path):
+    """An MCP call of the CLI goes through relay's gateway, whose executor journals it as a call of the run (intent
+    before, outcome after): killed while the tool runs, the restarted broker answers it "outcome unknown"."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    with FakeAnthropic(api_key=KEY, default=Reply("(fake) nothing scripted")) as fake:
+        fake.enqueue(Reply(text("Waiting on it."), tool_use("mcp__relay__t__hang", {"seconds": 600},
+                                                            id="toolu_cc_mcp_crash")))
+        report = await _crash(tmp_path, fake, tmp_path / "unused", "--tool", "t__hang", "--mcp-dir", str(notes))
+        assert report["call_id"].startswith("mcpgw_") and len(fake.requests) == 1
+        async with asyncio.timeout(30):  # the CLI's tree and the user's MCP server (its stdin closed) are gone
+            while processes_under(tmp_path):
+                await asyncio.sleep(0.1)
+
+        broker = Broker.open(_config(tmp_path, fake))
+        install_components(broker, jupyter_root=tmp_path / "root")  # crash repair runs here
+        try:
+            run = (await call_method(broker, NB, "runs.get", {"run_id": report["run_id"]}))["run"]
+            assert run["state"] == "interrupted"
+            assert [(c["call_id"], c["tool"]) for c in run["calls"]] == [(report["call_id"], "t__hang")]
+            assert run["calls"][0]["outcome"] == {"status": "unknown", "outcome_unknown": True}
+            ends = [e for e in broker.store.events_since(0)
+                    if e.run_id == report["run_id"] and e.type in TERMINAL_EVENTS]
+            assert [e.type for e in ends] == [EventType.INTERRUPTED]
+            assert ends[0].data["outcome_unknown"] == [report["call_id"]]
+            # the run's own events show the gateway's call: proposed with its arguments, started, never finished
+            mine = [e for e in broker.store.events_since(0) if e.run_id == report["run_id"]
+                    and e.data.get("call_id") == report["call_id"]]
+            assert [e.type for e in mine][:1] == [EventType.TOOL_PROPOSED]
+            assert EventType.TOOL_STARTED in [e.type for e in mine]
+            assert EventType.TOOL_FINISHED not in [e.type for e in mine]
+        finally:
+            await close(broker)
+            broker.close()
     assert processes_under(tmp_path) == []
