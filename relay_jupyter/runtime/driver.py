@@ -6,6 +6,11 @@ Coalescing keeps the event count bounded whatever the model's delta size: text i
 each delta, plus a timer so a stalled stream still shows its tail), and at the end of the turn.
 Per-delta work is O(len(delta)): pieces go to a list joined only at flush time.
 
+Sharing the loop: events the socket has already buffered are parsed without any ``await`` suspending
+(the SDK's reads return at once), so a fast answer used to be one callback of 50-150 ms that froze every
+other run, RPC and SSE stream of the broker (issue 18). The turn gives the loop back after every
+``YIELD_AFTER`` seconds of parsing.
+
 Deadlines: a turn has an overall deadline (``turn_timeout``) and an idle deadline
 (``idle_timeout``) that only content resets — text, a tool call or a piece of one, usage —
 never a keep-alive (Anthropic ``event: ping``, OpenAI ``: keep-alive`` produce no event). Reaching
@@ -29,7 +34,46 @@ from ..core.types import ToolSpec, Usage
 from .call_ids import CallIds
 from .tools import MAX_ARGUMENT_BYTES
 
-__all__ = ["Coalescer", "TurnResult", "charge_outcome", "drive_turn", "streamed_output_tokens", "usage_event"]
+__all__ = ["YIELD_AFTER", "Coalescer", "LoopShare", "TurnResult", "charge_outcome", "drive_turn",
+           "streamed_output_tokens", "usage_event"]
+
+#: Seconds a turn's stream may hold the event loop before it lets the other tasks run (issue 18: the
+#: loop-lag target is 20 ms; a slice of a few ms costs one loop iteration per slice, nothing per event).
+YIELD_AFTER = 0.004
+
+
+class LoopShare:
+    """Tells a task that has held the event loop for ``after`` seconds *without the loop running anything
+    else* that it should yield. A slice begins when the object is made and at the first :meth:`due` after
+    the loop ran (a ``call_soon`` marker shows it), so a stream that really waits on the network never
+    yields for nothing, and a burst of buffered events yields once per slice."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, after: float = YIELD_AFTER) -> None:
+        self._loop = loop
+        self._after = after
+        self._begin(loop.time())
+
+    def _begin(self, now: float) -> None:
+        self._ran = False
+        self._start = now
+        self._loop.call_soon(self._mark)
+
+    def _mark(self) -> None:
+        self._ran = True
+
+    def due(self) -> bool:
+        """True when the slice is used up (the caller should :meth:`checkpoint`)."""
+        now = self._loop.time()
+        if self._ran:  # the loop ran since the slice began: a new slice
+            self._begin(now)
+            return False
+        return now - self._start >= self._after
+
+    async def checkpoint(self) -> None:
+        """Let the other tasks run if the slice is used up; the next slice begins on return."""
+        if self.due():
+            await asyncio.sleep(0)
+            self._begin(self._loop.time())
 
 
 class Coalescer:
@@ -117,12 +161,14 @@ class TurnResult:
 async def drive_turn(backend: Backend, *, model: str, system: str, messages: list[dict[str, Any]],
                      tools: Sequence[ToolSpec], max_tokens: int, coalescer: Coalescer,
                      result: TurnResult, call_ids: CallIds | None = None,
-                     turn_timeout: float | None = None, idle_timeout: float | None = None) -> TurnResult:
+                     turn_timeout: float | None = None, idle_timeout: float | None = None,
+                     share: LoopShare | None = None) -> TurnResult:
     """Stream one turn into ``result`` (filled as it goes, so a cancelled turn keeps its partial
     text). Each tool call is recorded under an id ``call_ids`` makes unique in the conversation
     (backends may reuse ids). Raises ``BackendFailure`` (``BACKEND_TIMEOUT`` at a deadline); on
-    cancellation the stream is closed."""
+    cancellation the stream is closed. ``share``: the run's :class:`LoopShare` (a new one by default)."""
     loop = asyncio.get_running_loop()
+    share = LoopShare(loop) if share is None else share
     started = loop.time()
     end = started + turn_timeout if turn_timeout else float("inf")
     idle = idle_timeout if idle_timeout else float("inf")
@@ -153,6 +199,9 @@ async def drive_turn(backend: Backend, *, model: str, system: str, messages: lis
                     if now + idle - when > slack:
                         when = min(end, now + idle)
                         timer.reschedule(when)
+                # after the event is counted (a cancel here finds the answer begun): buffered events
+                # never suspend the task, so let the others run once the slice is used up
+                await share.checkpoint()
     except TimeoutError:
         result.incomplete = True
         if not timer.expired():

@@ -21,7 +21,8 @@ from ..core.errors import Code, ConfigRefusal
 from ..protocol.names import EventType
 from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block
-from .driver import Coalescer, TurnResult, charge_outcome, drive_turn, streamed_output_tokens, usage_event
+from .driver import (Coalescer, LoopShare, TurnResult, charge_outcome, drive_turn, streamed_output_tokens,
+                     usage_event)
 from .tools import ToolIndex, ToolResult, ToolSource
 
 if TYPE_CHECKING:
@@ -60,7 +61,9 @@ class RelayLoopEngine:
 async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolSource]) -> None:
     """Drive ``run`` to the end (how it ends decides the terminal event: runtime/engine.py)."""
     cfg, params, ctx, state = run.config, run.params, run.ctx, run.state
+    share = LoopShare(asyncio.get_running_loop())  # a long history's work is done in slices (issue 18)
     history = run.begin()  # loaded once, the prompt appended and stored
+    await share.checkpoint()
     call_ids = CallIds(history_ids(history))
     budget = run.gate.run_budget(ctx.origin)
     # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
@@ -75,7 +78,8 @@ async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolS
         # narrowed or revoked mid-run shrinks the offer at the next request)
         specs = offered(run.gate, ctx.origin, index)
         # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
-        estimate = estimates.request(cfg.system_prompt, messages, specs, max_tokens)
+        estimate = await estimates.request(cfg.system_prompt, messages, specs, max_tokens, share)
+        await share.checkpoint()  # the backend's SDK then builds the whole request (all the history) at once
         reservation = run.gate.begin_completion(ctx.origin, params.model, estimate=estimate, run=budget,
                                                 purpose=f"agent:{params.profile}" if params.profile else None)
         turn = state.current = TurnResult()
@@ -84,7 +88,8 @@ async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolS
         try:
             await drive_turn(backend, model=params.model, system=cfg.system_prompt, messages=messages,
                              tools=specs, max_tokens=max_tokens, coalescer=coalescer, result=turn,
-                             call_ids=call_ids, turn_timeout=cfg.turn_timeout, idle_timeout=cfg.turn_idle_timeout)
+                             call_ids=call_ids, turn_timeout=cfg.turn_timeout,
+                             idle_timeout=cfg.turn_idle_timeout, share=share)
         except BaseException as exc:
             ended = exc
             raise
@@ -173,10 +178,16 @@ class ToolEstimates:
         self._tokens[id(spec)] = (spec, n)  # the spec is kept: its id cannot be reused while cached
         return n
 
-    def request(self, system: str, messages: Sequence[dict[str, Any]], specs: Sequence[ToolSpec],
-                max_tokens: int) -> RequestEstimate:
-        base = estimate_request(system, messages, (), max_tokens)
-        if not specs:
-            return base
-        tools = sum(self.tool(s) for s in specs) + TOOLS_PROMPT_OVERHEAD
-        return RequestEstimate(input_tokens=base.input_tokens + tools, max_output=base.max_output)
+    async def request(self, system: str, messages: Sequence[dict[str, Any]], specs: Sequence[ToolSpec],
+                      max_tokens: int, share: LoopShare | None = None) -> RequestEstimate:
+        """The estimate, message by message: a long history's JSON is tens of ms of work (issue 18: the
+        event loop held that long at every step of a 200-turn conversation), so with ``share`` the
+        loop gets its turn between messages whenever the slice is used up."""
+        n = estimate_request(system, (), (), max_tokens).input_tokens
+        for m in messages:
+            n += estimate_request("", (m,), (), 0).input_tokens - REQUEST_OVERHEAD
+            if share is not None:
+                await share.checkpoint()
+        if specs:
+            n += sum(self.tool(s) for s in specs) + TOOLS_PROMPT_OVERHEAD
+        return RequestEstimate(input_tokens=n, max_output=max_tokens)
