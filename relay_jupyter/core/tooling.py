@@ -32,6 +32,7 @@ __all__ = [
     "ToolSource",
     "as_result",
     "is_daemon_kernel_client",
+    "is_hub_kernel_client",
     "offers_kernel_tools",
 ]
 
@@ -51,6 +52,16 @@ def is_daemon_kernel_client(client_id: str | None) -> bool:
                                 or str(client_id).startswith(DAEMON_KERNEL_CLIENT + ":"))
 
 
+def is_hub_kernel_client(client_id: str | None) -> bool:
+    """True for a user's kernel talking to the JupyterHub service: ``user:<name>/kernel:<notebook>`` (the
+    service builds it from the user the hub token belongs to; the label is the user's own: it routes, it does
+    not authorize beyond that user)."""
+    if not client_id or not client_id.startswith("user:"):
+        return False
+    user, sep, label = client_id[len("user:"):].partition("/")
+    return bool(user) and bool(sep) and label.startswith("kernel:") and len(label) > len("kernel:")
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """Who a call is for. Built by the broker from the authenticated caller, never from the model."""
@@ -68,10 +79,12 @@ class ToolContext:
 
 def offers_kernel_tools(ctx: ToolContext) -> bool:
     """Kernel tools run in the kernel that asked: offered when a kernel is the originator — a kernel of
-    the Jupyter server, or a kernel attached to the standalone daemon (client ``daemon:kernel``; every
-    client of a daemon is the same user, so the name routes, it does not authorize)."""
+    the Jupyter server, a kernel attached to the standalone daemon (client ``daemon:kernel``; every
+    client of a daemon is the same user, so the name routes, it does not authorize), or a user's kernel on
+    the JupyterHub service (``user:<name>/kernel:…``: the same, within that user)."""
     return bool(ctx.originator) and (ctx.caller_kind == "kernel" or (
-        ctx.caller_kind == "daemon" and is_daemon_kernel_client(ctx.originator)))
+        ctx.caller_kind == "daemon" and (is_daemon_kernel_client(ctx.originator)
+                                         or is_hub_kernel_client(ctx.originator))))
 
 
 @dataclass(frozen=True)

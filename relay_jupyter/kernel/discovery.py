@@ -16,15 +16,14 @@ In order:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
-import re
 import secrets
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..protocol.client_names import client_name_for
 from ..protocol.local import unix_socket_answers
 from .client import Endpoint
 from .errors import BrokerUnreachable
@@ -83,10 +82,6 @@ async def _start_daemon(path: Path, wait: float) -> None:
     raise BrokerUnreachable(
         f"no relay broker found and starting one failed (see {log}); run this kernel from a Jupyter server with "
         "the relay extension, or set RELAY_URL")
-
-
-_CLIENT_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
-_MAX_CLIENT = 64
 
 
 #: The name of a kernel that cannot know its notebook (nbclient, papermill, terminal IPython): fresh per
@@ -158,21 +153,6 @@ def runner_notebook(pid: int | None = None) -> str | None:
         return None
     argv = [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0") if a]
     return notebook_from_argv(argv, cwd)
-
-
-def client_name_for(path: str) -> str:
-    """``X-Relay-Client`` for a notebook path: ``kernel:<path>``, fitted to the daemon's 1-64 of
-    ``[A-Za-z0-9_.:-]``: other characters become ``_``, and a longer name keeps its tail (the file name) with a
-    hash of the whole path in front, so two long paths never share a name. The daemon's origin is
-    ``daemon:<this>``."""
-    name = "kernel:" + _CLIENT_CHARS.sub("_", path).strip("_")
-    if name == "kernel:":
-        name = "kernel:" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    if len(name) > _MAX_CLIENT:
-        digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        keep = _MAX_CLIENT - len("kernel:") - len(digest) - 1
-        name = f"kernel:{digest}-{name[-keep:].lstrip('_.:-') or digest}"[:_MAX_CLIENT]
-    return name
 
 
 def notebook_path(user_ns: dict[str, Any] | None = None) -> str | None:

@@ -28,6 +28,8 @@ __all__ = [
     "GrantsGetResult",
     "GrantsListResult",
     "GrantsRevokeParams",
+    "KernelEndedParams",
+    "KernelEndedResult",
     "KernelToolResultParams",
     "KillParams",
     "KillResult",
@@ -188,6 +190,17 @@ class KernelToolResultParams(Strict):
 
 class OkResult(Strict):
     ok: bool = True
+
+
+class KernelEndedParams(Strict):
+    reason: Literal["restarted", "shut down", "died"]
+    """Why the kernel's life as the originator of its runs ended (server/kernel_auth.install_kernel_lifecycle_hook)."""
+
+
+class KernelEndedResult(Strict):
+    withdrawn: int
+    """How many pending permission requests of the caller were withdrawn."""
+    cancelled_runs: list[str]
 
 
 class TrustListResult(Strict):

@@ -29,6 +29,7 @@ class Method:
     TOOLS_LIST = "tools.list"            # {conversation?} -> {tools: [{name, class, server, description}]}
     TOOLS_CALL = "tools.call"            # {conversation, tool, arguments} -> {content, is_error}
     KERNEL_TOOL_RESULT = "kernel.tool_result"  # {request_id, content, is_error} (kernel answers a kernel-tool request)
+    KERNEL_ENDED = "kernel.ended"  # {reason} -> {withdrawn, cancelled_runs} the caller's kernel is gone (hub thin client)
     # grants, budgets, audit, runs (control)
     GRANTS_GET = "grants.get"            # {} -> {grant | null} for the caller's own origin
     GRANTS_DEFAULTS = "grants.defaults"  # {} -> {tools} the tools the connect card pre-checks (default_tools)

@@ -199,7 +199,7 @@ class RelayApp(ExtensionApp):
     def _init_thin_client(self) -> bool:
         """On a JupyterHub with the relay service: no broker here; kernels get the service's URL and the
         user's hub token (server/hub_service.py). False when no service is configured."""
-        from .hub_service import install_thin_kernel_env_hook, thin_client_url
+        from .hub_service import ThinKernels, install_thin_kernel_env_hook, thin_client_url
 
         try:
             url = thin_client_url(self.hub_service_url)
@@ -211,9 +211,13 @@ class RelayApp(ExtensionApp):
         self.thin_client_url = url
         token = getattr(self.serverapp.identity_provider, "token", "") or ""
         secret_values = [v for v in (token, self.anthropic_api_key, self.openai_api_key) if v]
+        hub_token = lambda: os.environ.get("JUPYTERHUB_API_TOKEN")  # noqa: E731
+        # a kernel that restarts, shuts down or dies: the service cancels its runs, withdraws its cards
+        self.thin_kernels = ThinKernels(url, hub_token)
         install_thin_kernel_env_hook(
-            self.serverapp.kernel_manager, url, token=lambda: os.environ.get("JUPYTERHUB_API_TOKEN"),
-            secret_names=self.secret_env_vars, secret_values=lambda: secret_values)
+            self.serverapp.kernel_manager, url, token=hub_token,
+            secret_names=self.secret_env_vars, secret_values=lambda: secret_values, kernels=self.thin_kernels)
+        install_kernel_lifecycle_hook(self.serverapp.kernel_manager, self.thin_kernels.ended)
         self.log.info("relay-jupyter: thin client of the JupyterHub service at %s (no broker in this server)", url)
         return True
 
@@ -251,6 +255,9 @@ class RelayApp(ExtensionApp):
             proxy: AnthropicProxy | OpenAIProxy | None = getattr(self, attr, None)
             if proxy is not None:
                 await proxy.aclose()
+        thin = getattr(self, "thin_kernels", None)
+        if thin is not None:  # the kernel.ended messages still being sent to the hub service
+            await thin.drain()
         broker: Broker | None = getattr(self, "broker", None)
         if broker is not None:
             from ..broker.mcp_gateway import mcp_gateway_of

@@ -71,6 +71,7 @@ __all__ = [
     "HUB_AUTH_CACHE_SECONDS",
     "HubEnv",
     "HubGate",
+    "ThinKernels",
     "hub_origin",
     "install_thin_kernel_env_hook",
     "run_hub_service",
@@ -352,12 +353,14 @@ def thin_client_url(configured: str, environ: Mapping[str, str] | None = None) -
 
 
 def install_thin_kernel_env_hook(kernel_manager: Any, service_url: str, *, token: Callable[[], str | None],
-                                 secret_names: Iterable[str], secret_values: Callable[[], Iterable[str]]) -> None:
+                                 secret_names: Iterable[str], secret_values: Callable[[], Iterable[str]],
+                                 kernels: ThinKernels | None = None) -> None:
     """Wrap ``kernel_manager.start_kernel``: every new kernel gets a scrubbed environment with ``RELAY_URL``
     (``<service_url>relay/``) and ``RELAY_TOKEN`` (``token()``: the user's hub token), so the kernel's
     ``%%agent`` talks to the hub service (kernel/discovery.py: ``RELAY_URL`` + ``RELAY_TOKEN`` -> Bearer).
 
-    No kernel credential is issued: the service authenticates the user's hub token, not a kernel."""
+    No kernel credential is issued: the service authenticates the user's hub token, not a kernel.
+    ``kernels`` (a :class:`ThinKernels`) learns the ``X-Relay-Client`` name each kernel will use."""
     original = kernel_manager.start_kernel
     if getattr(original, "_relay_wrapped", False):
         return
@@ -375,7 +378,82 @@ def install_thin_kernel_env_hook(kernel_manager: Any, service_url: str, *, token
         if value:
             env["RELAY_TOKEN"] = value
         kwargs["env"] = env
-        return await original(*args, **kwargs)
+        started = await original(*args, **kwargs)
+        if kernels is not None:
+            kernels.started(started, env)
+        return started
 
     start_kernel._relay_wrapped = True  # type: ignore[attr-defined]
     kernel_manager.start_kernel = start_kernel
+
+
+class ThinKernels:
+    """The thin client's half of "kernel lifetime" (issue 12): the single-user broker ends a kernel's runs and
+    withdraws its pending permission requests the moment its kernel manager restarts, shuts down or loses the
+    kernel; a thin server has no broker, so it tells the hub service (``kernel.ended``, with the user's hub
+    token and the kernel's own ``X-Relay-Client``: the service acts on that client id of that user only).
+
+    The kernel's client name is computed from the environment it was started with, as the kernel computes it
+    (``protocol.client_names``: ``RELAY_NOTEBOOK``, else ``JPY_SESSION_NAME``). A kernel started without
+    either names itself with a random ``kernel:anon-…`` this server cannot know: its runs end when the service's
+    requests to it time out (docs/multi-user.md, "not isolated / not built").
+    """
+
+    def __init__(self, service_url: str, token: Callable[[], str | None]) -> None:
+        self.rpc_url = service_url + "relay/rpc"
+        self.token = token
+        self._names: dict[str, str] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def started(self, kernel_id: str, env: Mapping[str, str]) -> None:
+        from ..protocol.client_names import client_name_for, notebook_of_env
+
+        path = notebook_of_env(env)
+        if path and isinstance(kernel_id, str):
+            self._names[kernel_id] = client_name_for(path)
+
+    def client_name(self, kernel_id: str) -> str | None:
+        return self._names.get(kernel_id)
+
+    def ended(self, kernel_id: str, reason: str) -> None:
+        """The lifecycle hook's ``on_end``: tell the service, in the background (never blocks the kernel action)."""
+        name = self._names.get(kernel_id) if reason == "restarted" else self._names.pop(kernel_id, None)
+        if name is None:
+            return
+        task = asyncio.ensure_future(self.tell(name, reason))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def tell(self, client_name: str, reason: str) -> dict[str, Any] | None:
+        """POST ``kernel.ended`` for ``client_name``; the result, or None (logged in one line) when it failed."""
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        value = self.token()
+        if not value:
+            log.warning("relay: cannot tell the hub service that a kernel %s: no JUPYTERHUB_API_TOKEN", reason)
+            return None
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "kernel.ended", "params": {"reason": reason}})
+        try:
+            response = await AsyncHTTPClient().fetch(
+                self.rpc_url, method="POST", body=body, request_timeout=30,
+                headers={"Authorization": f"token {value}", "X-Relay-Client": client_name,
+                         "Content-Type": "application/json"})
+            reply = json.loads(response.body)
+        except (HTTPClientError, OSError, ValueError) as exc:
+            log.warning("relay: telling the hub service that kernel %s %s failed: %s", client_name, reason,
+                        getattr(exc, "code", None) or type(exc).__name__)
+            return None
+        result = reply.get("result") if isinstance(reply, dict) else None
+        if not isinstance(result, dict):
+            log.warning("relay: the hub service refused kernel.ended for %s: %s", client_name,
+                        (reply.get("error") or {}).get("message", "?") if isinstance(reply, dict) else "?")
+            return None
+        if result.get("withdrawn") or result.get("cancelled_runs"):
+            log.info("relay: kernel %s %s: %d run(s) cancelled, %d permission request(s) withdrawn by the hub "
+                     "service", client_name, reason, len(result.get("cancelled_runs") or ()), result["withdrawn"])
+        return result
+
+    async def drain(self) -> None:
+        """Wait for the messages still being sent (server shutdown)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

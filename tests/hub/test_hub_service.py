@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text
+from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text, tool_use
 
 from .hub_rig import KEY, SERVICE, Hub, require_peers, run_as, service_cli
 
@@ -212,6 +212,36 @@ def test_a_single_user_server_that_finds_the_service_is_a_thin_client(hub, token
         fake.enqueue(Reply(text("an answer through the hub service"), usage=Usage(input_tokens=5, output_tokens=5)))
         shown = _execute(kc, "%%agent\nsay something")
         assert "an answer through the hub service" in shown, shown
+        _kernel_restart_cancels_its_runs_and_withdraws_its_cards(hub, srv, kc, alice, origin, fake)
+
+
+def _kernel_restart_cancels_its_runs_and_withdraws_its_cards(hub: Hub, srv, kc, alice: str, origin: str,
+                                                            fake) -> None:
+    """Kernel lifetime through the thin client (issue 12): the thin server tells the service (kernel.ended), which
+    cancels the run that waits on the kernel's consent card and withdraws the card; the kernel's user token
+    still answers nothing of it afterwards."""
+    import time
+
+    client = "kernel:" + origin.split("/notebook:", 1)[1]  # the kernel's own X-Relay-Client (already fitted)
+    fake.enqueue(Reply(text("I will write."), tool_use("run_code", {"code": "open('restart.txt', 'w').write('x')"})))
+    kc.execute("%%agent\nwrite restart.txt")  # the cell waits on the card
+    deadline = time.monotonic() + 60
+    while not (pending := hub.rpc(alice, "permission.pending", {}, client=client)["result"]["requests"]):
+        assert time.monotonic() < deadline, "no consent card"
+        time.sleep(0.2)  # the run reaching its card in the service
+    [card] = pending
+    [session] = [s for s in srv.api("GET", "api/sessions") if s["path"].endswith("thin.ipynb")]
+    srv.api("POST", f"api/kernels/{session['kernel']['id']}/restart")
+    deadline = time.monotonic() + 60
+    while (run := hub.rpc(alice, "runs.get", {"run_id": card["run_id"]}, client=client)["result"]["run"])["state"] \
+            == "running":
+        assert time.monotonic() < deadline, run
+        time.sleep(0.2)  # the thin server's kernel.ended reaching the service
+    assert run["state"] == "cancelled", run
+    assert hub.rpc(alice, "permission.pending", {}, client=client)["result"]["requests"] == []
+    late = hub.rpc(alice, "permission.answer", {"request_id": card["request_id"], "decision": "allow"}, client=client)
+    assert late["error"]["data"]["code"] == "CONFLICT", late
+    assert not (srv.root / "restart.txt").exists()
 
 
 def _execute(kc, code: str, timeout: float = 60) -> str:
@@ -330,6 +360,91 @@ def test_a_spawned_users_kernel_reaches_the_service_and_cannot_read_it(hub, toke
         origin = next(line.split(" ", 1)[1] for line in connected.splitlines() if line.startswith("ORIGIN "))
         assert origin.startswith(f"user:{ALICE}/notebook:") and origin.endswith("spawned.ipynb"), connected
         assert "an answer for a spawned kernel" in answer, answer
+    finally:
+        hub.hub_api("DELETE", f"users/{ALICE}/server")
+
+
+@pytest.fixture
+def jp_asyncio_loop():
+    """pytest-jupyter's autouse loop fixture would take (and close) the loop sync Playwright runs in
+    (tests/kernel/test_browser.py); no test here starts an in-process Jupyter server."""
+    yield None
+
+
+@pytest.fixture
+def jp_server_cleanup():
+    yield None
+
+
+CHROMIUM = "/usr/bin/chromium"
+_CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+@pytest.mark.browser
+def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub, fake) -> None:
+    """A person: logs in to the hub as alice (dummy authenticator), the hub spawns her JupyterLab (a thin client
+    of the service), her notebook's %%agent asks to run code, she clicks Connect then Approve on the card: her
+    kernel (her OS user) writes the file."""
+    import os
+    import pwd
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    artifacts = Path(__file__).resolve().parents[2] / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    home = Path(pwd.getpwnam(ALICE).pw_dir)
+    alice = pwd.getpwnam(ALICE)
+    target = home / "hub-approve.txt"
+    notebook = home / "hub-approve.ipynb"
+    cells = ["%load_ext relay_jupyter", "%%agent\nwrite hub-approve.txt"]
+    notebook.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                   "source": src} for i, src in enumerate(cells)],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5}))
+    os.chown(notebook, alice.pw_uid, alice.pw_gid)
+    fake.enqueue(Reply(text("I will write the file."),
+                       tool_use("run_code", {"code": "open('hub-approve.txt', 'w').write('written through the hub')"})),
+                 Reply(text("Finished with hub-approve.txt.")))
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=_CHROMIUM_ARGS)
+            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+            try:
+                page.goto(f"{hub.url}/hub/login")
+                page.fill("#username_input", ALICE)
+                page.fill("#password_input", "any password: the dummy authenticator")
+                page.click("#login_submit")
+                # the hub spawns her server (LocalProcessSpawner as her OS user) and sends her on to it
+                page.wait_for_url(f"**/user/{ALICE}/**", timeout=180_000)
+                page.goto(f"{hub.url}/user/{ALICE}/lab/tree/hub-approve.ipynb?reset")
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                idle = page.get_by_text("Python 3 (ipykernel) | Idle")
+                for _ in range(240):
+                    accept = page.locator(".jp-Dialog .jp-mod-accept")
+                    if accept.count():
+                        accept.first.click()
+                    elif idle.count():
+                        break
+                    page.wait_for_timeout(250)
+                page.locator(".jp-Cell").first.click()
+                page.keyboard.press("Shift+Enter")
+                page.keyboard.press("Shift+Enter")
+                page.get_by_role("button", name="Connect", exact=True).click(timeout=60_000)
+                approve = page.get_by_role("button", name="Approve", exact=True)
+                approve.wait_for(timeout=60_000)
+                page.screenshot(path=str(artifacts / "hub-card.png"), full_page=True)
+                approve.click()
+                page.get_by_text("Finished with hub-approve.txt.").wait_for(timeout=60_000)
+                assert page.get_by_text("Approved by you (click)").count() >= 1
+            finally:
+                page.screenshot(path=str(artifacts / "hub-after.png"), full_page=True)
+                browser.close()
+        assert target.read_text() == "written through the hub"
+        assert target.stat().st_uid == alice.pw_uid  # written by her kernel, as her
     finally:
         hub.hub_api("DELETE", f"users/{ALICE}/server")
 

@@ -39,6 +39,38 @@ def test_origins_carry_the_user_and_the_notebook() -> None:
     assert hub_origin("alice", "kernel:") == "user:alice/client:kernel:"
 
 
+def test_kernel_tools_go_to_a_hub_users_kernel_and_no_other_client() -> None:
+    from relay_jupyter.core.tooling import ToolContext, is_hub_kernel_client, offers_kernel_tools
+
+    assert is_hub_kernel_client("user:alice/kernel:work_a.ipynb")
+    for other in ("user:alice/client:default", "user:alice/kernel:", "user:/kernel:x", "user:alice",
+                  "daemon:user:alice/kernel:x", "browser:alice:default", "kernel:abc", None, ""):
+        assert not is_hub_kernel_client(other), other
+    ctx = ToolContext(origin="user:alice/notebook:a.ipynb", conversation="c", caller_kind="daemon",
+                      originator="user:alice/kernel:a.ipynb")
+    assert offers_kernel_tools(ctx)
+    assert not offers_kernel_tools(ToolContext(origin="user:alice/client:x", conversation="c", caller_kind="daemon",
+                                               originator="user:alice/client:x"))
+
+
+def test_the_thin_client_names_each_kernel_as_the_kernel_names_itself(monkeypatch) -> None:
+    from relay_jupyter.kernel.discovery import notebook_client_name
+    from relay_jupyter.server.hub_service import ThinKernels
+
+    kernels = ThinKernels("http://127.0.0.1:1/services/relay/", lambda: None)
+    path = "/home/alice/work dir/" + "x" * 80 + ".ipynb"  # a long path with a space: the fitted name
+    kernels.started("k1", {"JPY_SESSION_NAME": path})
+    kernels.started("k2", {"JPY_SESSION_NAME": path, "RELAY_NOTEBOOK": "/home/alice/other.ipynb"})
+    kernels.started("k3", {})  # no notebook: the kernel names itself kernel:anon-…, nothing to tell
+    monkeypatch.delenv("RELAY_NOTEBOOK", raising=False)
+    monkeypatch.setenv("JPY_SESSION_NAME", path)
+    assert kernels.client_name("k1") == notebook_client_name()
+    monkeypatch.setenv("RELAY_NOTEBOOK", "/home/alice/other.ipynb")
+    assert kernels.client_name("k2") == notebook_client_name()
+    assert kernels.client_name("k3") is None
+    kernels.ended("k3", "shut down")  # unknown: nothing scheduled (no loop is even needed)
+
+
 def test_thin_client_url_from_config_or_environment() -> None:
     assert thin_client_url("", {}) is None
     assert thin_client_url("", {"RELAY_HUB_SERVICE_URL": "http://127.0.0.1:8000/services/relay"}) == \
