@@ -584,7 +584,19 @@ class ClaudeCodeEngine:
                 sid_file = run_dir / "pid"
                 earlier = "" if resume else _earlier(stored[:-1])
                 try:
-                    text, session_id, usage = await self._converse(run, options, history, stop, sid_file, earlier)
+                    watch = None
+                    if isinstance(session, _OwnLogin):
+                        # relay cannot refuse these requests one by one: it meters them from the SDK's stream
+                        def watch(event: dict[str, Any], meter: _OwnLogin = session) -> None:
+                            grant = run.gate.grants.get(run.ctx.origin)  # the live grant: a narrowed cap binds now
+                            if grant is None:
+                                on_refusal(Code.UNAUTHORIZED.value, f"{run.ctx.origin} has no grant any more")
+                                return
+                            reason = meter.observe(event, grant.budget.max_tokens_per_run)
+                            if reason is not None:
+                                on_refusal(Code.BUDGET_EXCEEDED.value, reason)
+                    text, session_id, usage = await self._converse(run, options, history, stop, sid_file, earlier,
+                                                                   watch)
                     if isinstance(session, _OwnLogin):
                         session.usage = usage
                 finally:
@@ -618,7 +630,7 @@ class ClaudeCodeEngine:
         # refused here (no grant, model outside it, a spent day budget): the run ends before the CLI starts
         reservation = run.gate.begin_completion(run.ctx.origin, run.params.model, estimated_tokens=tokens,
                                                 purpose="claude-code-login")
-        session = _OwnLogin(token=token, base_url=base_url)
+        session = _OwnLogin(token=token, base_url=base_url, reserved=tokens)
         try:
             yield session
         finally:
@@ -707,8 +719,8 @@ class ClaudeCodeEngine:
             resume=resume, env={}, stderr=_stderr_logger(run.run_id))
 
     async def _converse(self, run: EngineRun, options: Any, history: list[dict[str, Any]],
-                        stop: asyncio.Event, sid_file: Path, earlier: str = ""
-                        ) -> tuple[str, str | None, Usage | None]:
+                        stop: asyncio.Event, sid_file: Path, earlier: str = "",
+                        watch: Any = None) -> tuple[str, str | None, Usage | None]:
         from claude_agent_sdk import ClaudeSDKClient
         from claude_agent_sdk import ResultMessage, StreamEvent, AssistantMessage, TextBlock
 
@@ -723,6 +735,8 @@ class ClaudeCodeEngine:
                 if isinstance(message, StreamEvent):
                     event = message.event or {}
                     kind = event.get("type")
+                    if watch is not None:
+                        watch(event)  # every request's usage, a sub-agent's too
                     if kind == "message_start" and message.parent_tool_use_id is None:
                         run.step()  # each model request is a step (max_steps; the gate charges it)
                     elif kind == "content_block_start" and message.parent_tool_use_id is None:
@@ -815,11 +829,58 @@ _OWN_HINT = ("run `claude setup-token`, save the token in a file only you can re
 
 @dataclass
 class _OwnLogin:
-    """The user's own Claude login for one run (``login: own``): the token and an optional base URL."""
+    """The user's own Claude login for one run (``login: own``): the token and an optional base URL, and the run's
+    token meter. relay does not see these requests, so :meth:`observe` reads each one's usage from the SDK's
+    stream (``message_start``, the cumulative ``message_delta``) and counts it into the run; once the next request
+    would pass the run's cap — it resends the whole conversation, so it is at least as large as the last one —
+    the run is stopped before the CLI sends it."""
 
     token: str = field(repr=False)
     base_url: str | None = None
     usage: Usage | None = None
+    reserved: int | None = None
+    """The tokens reserved for the run in the day budget: the run may not count more."""
+    counted: int = 0
+    """Tokens of the run's finished requests, as the stream reported them."""
+    _in: int = 0
+    _out: int = 0
+    _stop_reason: str | None = None
+
+    def cap(self, grant_cap: int | None) -> int | None:
+        caps = [c for c in (self.reserved, grant_cap) if c is not None]
+        return min(caps) if caps else None
+
+    def observe(self, event: dict[str, Any], grant_cap: int | None) -> str | None:
+        """Count one stream event; the one-line reason when the run must stop now, else None."""
+        kind = event.get("type")
+        cap = self.cap(grant_cap)
+        if kind == "message_start":
+            if cap is not None and self.counted >= cap:  # a request past the cap got out: stop it at once
+                return f"token limit of {cap} per run reached ({self.counted} used)"
+            self._in, self._out, self._stop_reason = 0, 0, None
+            self._merge((event.get("message") or {}).get("usage"))
+        elif kind == "message_delta":
+            self._merge(event.get("usage"))
+            self._stop_reason = (event.get("delta") or {}).get("stop_reason") or self._stop_reason
+        elif kind == "message_stop":
+            last = self._in + self._out
+            self.counted += last
+            self._in = self._out = 0
+            # the model asked for tools: the CLI's next request resends all of this one, and more
+            if cap is not None and self._stop_reason == "tool_use" and not self.counted + last <= cap:
+                return (f"token limit of {cap} per run reached ({self.counted} used, at least {last} more for the "
+                        "next request)")
+        return None
+
+    def _merge(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        fields = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        if any(isinstance(usage.get(k), int) for k in fields):
+            self._in = sum(max(0, int(usage.get(k) or 0)) for k in fields)
+        out = usage.get("output_tokens")
+        if isinstance(out, int) and not isinstance(out, bool):
+            self._out = max(0, out)
 
 
 def _own_login(options: Any) -> tuple[str, str | None]:

@@ -22,7 +22,7 @@ from relay_jupyter.core.types import Budget, Grant
 from relay_jupyter.protocol.names import EventType
 from relay_jupyter.testing import FakeAnthropic, Reply, Usage, tool_use
 
-from .claude_code_rig import KEY, MODEL, NB, ONLY_ISOLATED, close, events, terminal, workspace
+from .claude_code_rig import KEY, MODEL, NB, ONLY_ISOLATED, close, events, terminal, terminal_data, workspace
 
 pytest.importorskip("claude_agent_sdk")
 
@@ -102,5 +102,32 @@ async def test_own_login_refusals_are_one_line_and_send_nothing(tmp_path, fake):
         run_id = (await call_method(broker, NB, "run.start", {"conversation": "o3", "prompt": "p"}))["run_id"]
         assert await terminal(broker, run_id) == EventType.BUDGET_EXHAUSTED
         assert fake.requests == [] and not fake.saw_api_key(TOKEN)
+    finally:
+        await close(broker)
+
+
+async def test_own_login_counts_each_requests_usage_and_stops_before_the_request_past_the_cap(tmp_path, fake):
+    """relay sees no request of the user's own login, but the SDK's stream reports each one's usage: it is counted
+    into the run, and once the next request (which resends the whole conversation) would pass the grant's
+    ``max_tokens_per_run`` the run stops before the CLI sends it — not only once, at the start."""
+    broker = _broker(tmp_path, fake, _token_file(tmp_path), budget=Budget(max_tokens_per_run=13_000))
+    try:
+        ws = workspace(broker, "o4")
+        script = []
+        for i in range(5):
+            (ws / f"f{i}.txt").write_text(f"{i}\n")
+            script.append(Reply(tool_use("Read", {"file_path": str(ws / f"f{i}.txt")}),
+                                usage=Usage(input_tokens=6_000, output_tokens=40)))
+        fake.enqueue(*script, Reply("never reached", usage=Usage(input_tokens=6_000, output_tokens=40)))
+        run_id = (await call_method(broker, NB, "run.start", {"conversation": "o4", "prompt": "read them",
+                                                              "mode": "full"}))["run_id"]
+        assert await terminal(broker, run_id) == EventType.BUDGET_EXHAUSTED, terminal_data(broker, run_id)
+        # 6,040 then 12,080 counted; a third request would resend at least 6,040 more: past 13,000, never sent
+        assert len(fake.requests) == 2
+        message = terminal_data(broker, run_id)["message"]
+        assert message.startswith("token limit of 13000 per run reached (12080 used") and "\n" not in message
+        assert len(events(broker, run_id, EventType.BUDGET_EXHAUSTED)) == 1
+        # the run's ledger charge never passes its reservation (20,000 here)
+        assert broker.ledger.usage(NB.origin)["tokens"] <= 20_000
     finally:
         await close(broker)
