@@ -31,6 +31,7 @@ from tornado.web import RequestHandler
 from ..core.budgets import RunBudget
 from ..core.errors import GateRefusal
 from .anthropic_proxy import MAX_BODY_BYTES, AnthropicProxy, ProxyError, anthropic_error_body
+from .profiles import PROFILE_HEADER
 from .run_keys import KeyRing, listen_loopback
 
 __all__ = ["EngineEndpoint", "EngineSession"]
@@ -49,6 +50,9 @@ class EngineSession:
     on_refusal: Callable[[str, str], None] | None = None
     requests: int = 0
     refusals: int = 0
+    profile: str | None = None
+    """The run's profile (``%%agent --profile``): every request of the run goes to that profile's upstream, whatever
+    header the client sends (``X-Relay-Profile`` is set to it, or dropped when the run names none)."""
     run_budget: RunBudget | None = None
     """The grant's per-run caps (``max_steps_per_run``, ``max_tokens_per_run``) of this run: the proxy serves
     many clients and knows no run, so this endpoint hands them to it with every request of the run (each
@@ -76,16 +80,16 @@ class EngineEndpoint:
         return self._port
 
     @asynccontextmanager
-    async def session(self, origin: str, run_id: str,
-                      on_refusal: Callable[[str, str], None] | None = None) -> AsyncIterator[EngineSession]:
-        """A key for one run, valid inside the ``async with``."""
+    async def session(self, origin: str, run_id: str, on_refusal: Callable[[str, str], None] | None = None,
+                      profile: str | None = None) -> AsyncIterator[EngineSession]:
+        """A key for one run, valid inside the ``async with``; ``profile``: the upstream of all its requests."""
         port = self._start()
         key = KeyRing.new_key("relay-run-")
         try:
             run_budget: RunBudget | None = self.broker.gate.run_budget(origin)
         except GateRefusal:  # no grant: the proxy refuses every request anyway
             run_budget = None
-        session = EngineSession(f"http://127.0.0.1:{port}", key, origin, run_id, on_refusal,
+        session = EngineSession(f"http://127.0.0.1:{port}", key, origin, run_id, on_refusal, profile=profile,
                                 run_budget=run_budget)
         self._sessions.add(key, session)
         try:
@@ -160,7 +164,12 @@ class _Base(RequestHandler):
         return {k: v[-1].decode("utf-8", "replace") for k, v in self.request.query_arguments.items() if v}
 
     def _client_headers(self) -> dict[str, str]:
-        return {k.lower(): v for k, v in self.request.headers.items()}
+        headers = {k.lower(): v for k, v in self.request.headers.items()}
+        # the run's profile, never one the engine's subprocess (or a command it runs) names itself
+        headers.pop(PROFILE_HEADER, None)
+        if self.session is not None and self.session.profile is not None:
+            headers[PROFILE_HEADER] = self.session.profile
+        return headers
 
     async def _refused(self, exc: ProxyError) -> None:
         session = self.session

@@ -542,9 +542,16 @@ class ClaudeCodeEngine:
         if login not in ("relay", "own"):
             raise ConfigRefusal(Code.CONFIG_INVALID, f"c.RelayApp.extra['engines']['claude-code']['login'] is {login!r}: "
                                 "use 'relay' (relay's endpoint and key, the default) or 'own' (your Claude login)")
+        profile = getattr(params, "profile", None)
         if login == "own":
+            if profile is not None:
+                raise ConfigRefusal(Code.CONFIG_INVALID, "--profile sends the engine's model requests through relay's "
+                                    "endpoint to that profile; this server runs Claude Code on your own login "
+                                    "(login: own), which does not go through relay")
             _own_login(self.options)  # a one-line refusal when the token or the URL is not right
             problem = None
+        elif profile is not None:
+            problem = None  # the profile's URL and key were checked when the run was asked (run.start)
         else:
             endpoint = getattr(self.services, "model_endpoint", None)
             problem = endpoint.problem() if endpoint is not None else "no model endpoint"
@@ -620,7 +627,8 @@ class ClaudeCodeEngine:
         ``login: own``, the user's own Claude login straight to Anthropic — then the run is reserved in the
         ledger before the CLI starts and settled after with the usage the SDK reports (docs/engines.md)."""
         if self.options.get("login", "relay") != "own":
-            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal) as session:
+            async with self.services.model_endpoint.session(run.ctx.origin, run.run_id, on_refusal,
+                                                            profile=run.params.profile) as session:
                 yield session
             return
         token, base_url = _own_login(self.options)

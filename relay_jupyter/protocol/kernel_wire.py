@@ -530,6 +530,7 @@ class RunStartedData(TypedDict, total=False):
     engine: str
     mode: str
     originator: str
+    profile: str
 
 
 class TextDeltaData(TypedDict, total=False):

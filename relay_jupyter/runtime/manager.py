@@ -194,7 +194,8 @@ class RunManager:
             raise
         self._emit(run, EventType.RUN_STARTED, {"conversation": ctx.conversation, "model": params.model,
                                                 "backend": params.backend, "engine": params.engine,
-                                                "mode": tool_ctx.mode.value, "originator": ctx.client_id})
+                                                "mode": tool_ctx.mode.value, "originator": ctx.client_id,
+                                                **({"profile": params.profile} if params.profile else {})})
         run.task = asyncio.create_task(self._main(run, engine), name=f"relay-{run_id}")
         # a task cancelled before its first step never runs _main: still end the run exactly once
         run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))

@@ -7,8 +7,8 @@ refusing any key but its own: the broker's default Anthropic, the ``team`` Anthr
 OpenAI-compatible profile. Proves: a profile run's requests reach only the profile's upstream, with the
 profile's key, and the default run only the default's; the audit and telemetry rows name the profile; a profile
 the grant does not list (``SCOPE_EXCEEDED``, audited), an unknown one (``NOT_FOUND`` naming ``jupyter relay
-profiles list``), a profile without the wire's URL or its key, a bad name and a non-relay engine are refused before any
-request goes out.
+profiles list``), a profile without the wire's URL or its key and a bad name are refused before any request goes out,
+for the claude-code engine too; ``run.started`` names the profile.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ async def test_a_profile_run_reaches_the_profiles_upstream_with_its_key(upstream
                 if r.tool.startswith("model:") and r.decision == "allow"]
     assert purposes == ["agent:team", "agent:local", None]
     assert [r.profile for r in broker.telemetry.query(origin=A.origin)] == ["team", "local", None]
+    # run.started names the profile (and only when the run has one)
+    started = [e.data.get("profile") for e in broker.store.events_since(0) if e.type == EventType.RUN_STARTED]
+    assert started == ["team", "local", None]
 
 
 @pytest.mark.asyncio
@@ -114,8 +117,11 @@ async def test_profiles_outside_the_grant_unknown_or_wrong_are_refused_before_an
     grant(broker, {"team", "nokey"}, consent="c1")
     exc = await refused(broker, profile="nokey")  # its key is not in the secrets file: never the default's
     assert exc.code.value == "NO_CREDENTIALS" and "'nokey.anthropic'" in exc.message
-    exc = await refused(broker, profile="team", engine="claude-code")
-    assert exc.code.value == "CONFIG_INVALID" and "relay engine only" in exc.message
+    # the claude-code engine takes a profile too (tests/runtime/test_claude_code_profile.py), with the same checks
+    exc = await refused(broker, profile="other", engine="claude-code")
+    assert exc.code.value == "SCOPE_EXCEEDED" and "'other' is not in this notebook's grant" in exc.message
+    exc = await refused(broker, profile="nokey", engine="claude-code")
+    assert exc.code.value == "NO_CREDENTIALS" and "'nokey.anthropic'" in exc.message
     # a name outside the pattern is an invalid param (the model's pattern, the same as the configuration's)
     for bad in ("../x", "a b", "x" * 33, ""):
         with pytest.raises(InvalidParams):

@@ -62,11 +62,17 @@ async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
     backend = params.backend or broker.config.default_backend
     engine = params.engine or broker.config.default_engine
     if params.profile is not None:  # %%agent --profile: the run's backend over the profile's upstream
-        if engine != "relay":
-            raise ConfigRefusal(Code.CONFIG_INVALID, f"a profile applies to the relay engine only, not {engine!r}")
+        if engine not in ("relay", "claude-code"):
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"a profile applies to the relay and claude-code engines only, "
+                                f"not {engine!r}")
         from ..profiles import run_backend
 
-        backend, _ = run_backend(broker, origin, params.profile, params.backend)
+        if engine == "claude-code":
+            # the CLI's requests go through relay's endpoint to the profile's Anthropic upstream (engine_endpoint.py):
+            # the same checks (grant, URL, secrets-file key) before the run starts
+            run_backend(broker, origin, params.profile, "anthropic")
+        else:
+            backend, _ = run_backend(broker, origin, params.profile, params.backend)
     elif engine == "relay" and backend not in runs.backends:
         declared = backend_spec(backend)  # the registry's one-line hint for a known, unconfigured backend
         raise ConfigRefusal(declared.missing_code if declared else Code.NO_BACKEND,
