@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any
@@ -18,29 +18,11 @@ import pytest
 
 from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
 
+from .browser_rig import _URLS_JS, ARTIFACTS, MODEL, jp_asyncio_loop, jp_server_cleanup, lab, wait_for_idle_kernel  # noqa: F401
 from .hostile_corpus import CORPUS, TOOL_NAMES
 from .real_server import TOKEN, RealServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-MODEL = "claude-fake-1"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-
-
-@pytest.fixture(autouse=True)
-def jp_asyncio_loop() -> Iterator[None]:
-    """Replaces pytest-jupyter's autouse loop fixture here: it would pick up (and close) the event loop
-    that sync Playwright runs in this thread. These tests use no in-process Jupyter server."""
-    yield None
-
-
-@pytest.fixture(autouse=True)
-def jp_server_cleanup() -> Iterator[None]:
-    """pytest-jupyter's cleanup of its in-process server, which these tests do not start."""
-    yield None
 
 
 def _notebook(path: Path, agent_cell: str) -> None:
@@ -54,23 +36,6 @@ def _notebook(path: Path, agent_cell: str) -> None:
         "nbformat": 4, "nbformat_minor": 5}))
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, FakeAnthropic, Any]]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with FakeAnthropic(api_key="test-key") as fake:
-        config = {"anthropic_base_url": fake.base_url, "anthropic_api_key": "test-key", "default_model": MODEL}
-        with RealServer(tmp_path_factory.mktemp("lab"), config, lab=True) as srv, sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            try:
-                yield srv, fake, browser
-            finally:
-                browser.close()
-
-
 def _run_notebook(srv: RealServer, browser: Any, name: str, watch: Callable[[Any], None] | None = None) -> Any:
     # a fresh context and workspace per notebook: no tab of an earlier test is restored
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
@@ -79,16 +44,7 @@ def _run_notebook(srv: RealServer, browser: Any, name: str, watch: Callable[[Any
     stem = name.removesuffix(".ipynb")
     page.goto(f"{srv.url}lab/workspaces/{stem}/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    # JupyterLab may ask which kernel to use for the notebook (also a moment later): take the preferred
-    # one; then wait until the kernel is connected and idle, or the run requests could go nowhere
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count():
-            accept.first.click()
-        elif idle.count():
-            break
-        page.wait_for_timeout(250)
+    wait_for_idle_kernel(page)
     for _attempt in range(3):
         page.locator(".jp-Cell").first.click()
         page.keyboard.press("Shift+Enter")
@@ -172,17 +128,6 @@ def test_hostile_answer_renders_inert(lab: tuple[RealServer, FakeAnthropic, Any]
 HOSTILE_CODE = ("import os\nos.remove('notes.txt')  # <img src=x onerror=window.__pwned=1>\n"
                 "print('\u202e') # [x](javascript:window.__pwned=1)")
 
-# every element attribute that can hold a URL, read raw (getAttribute) and as the browser resolved it
-_URLS_JS = """() => {
-  const out = [];
-  for (const el of document.querySelectorAll('*')) {
-    for (const attr of ['href', 'src', 'action', 'formaction', 'data', 'xlink:href', 'srcdoc', 'background']) {
-      const raw = el.getAttribute(attr);
-      if (raw !== null) out.push([el.tagName.toLowerCase(), attr, raw, String(el[attr] || '')]);
-    }
-  }
-  return out;
-}"""
 _HANDLERS_JS = """() => {
   const out = [];
   for (const el of document.querySelectorAll('.jp-OutputArea-output *')) {

@@ -13,7 +13,7 @@ import pytest
 from relay_jupyter.testing import Reply, text, tool_use
 
 from .real_server import TOKEN
-from .test_browser import ARTIFACTS, MODEL, jp_asyncio_loop, jp_server_cleanup, lab  # noqa: F401
+from .browser_rig import ARTIFACTS, MODEL, jp_asyncio_loop, jp_server_cleanup, lab, wait_for_idle_kernel  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -46,13 +46,7 @@ def test_focus_returns_to_the_notebook_after_connect_and_approve(lab: tuple[Any,
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.goto(f"{srv.url}lab/workspaces/focus/tree/focus.ipynb?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        if page.locator(".jp-Dialog .jp-mod-accept").count():
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        elif idle.count():
-            break
-        page.wait_for_timeout(250)
+    wait_for_idle_kernel(page)
     page.locator(".jp-Cell").first.click()
     page.keyboard.press("Escape")  # command mode, as a person running cells with the keyboard is
     page.keyboard.press("Shift+Enter")

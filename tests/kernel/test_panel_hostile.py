@@ -14,7 +14,6 @@ MCP server names (``mcp/config._SERVER_NAME``) and MCP tool names (``mcp/discove
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,8 @@ from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
 
 from .hostile_corpus import CORPUS, PWN
 from .real_server import TOKEN, RealServer
-from .test_browser import ARGS, ARTIFACTS, CHROMIUM, MODEL, _URLS_JS, jp_asyncio_loop, jp_server_cleanup  # noqa: F401
+from .browser_rig import (_URLS_JS, ARTIFACTS, MODEL, jp_asyncio_loop, jp_server_cleanup,  # noqa: F401
+                          lab_with_fake, open_relay_panel, wait_for_idle_kernel)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -57,20 +57,8 @@ _PANEL_DOM_JS = """() => {
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, FakeAnthropic, Any]]:
     """JupyterLab with a broker on disk (the scratch workspace exists only then) and FakeAnthropic."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with FakeAnthropic(api_key="test-key") as fake:
-        config = {"anthropic_base_url": fake.base_url, "anthropic_api_key": "test-key", "default_model": MODEL,
-                  "in_memory": False}
-        with RealServer(tmp_path_factory.mktemp("panel"), config, lab=True) as srv, sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            try:
-                yield srv, fake, browser
-            finally:
-                browser.close()
+    with lab_with_fake(tmp_path_factory.mktemp("panel"), in_memory=False) as served:
+        yield served
 
 
 def _shown(value: str) -> str:
@@ -121,16 +109,8 @@ def test_hostile_strings_reach_the_panel_as_text(lab: tuple[Any, Any, Any]) -> N
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.goto(f"{srv.url}lab/workspaces/hostile-panel/tree/{quote(NOTEBOOK)}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
-    panel = page.locator("#relay-jupyter-panel")
-    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        if page.locator(".jp-Dialog .jp-mod-accept").count():
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        if idle.count():
-            break
-        page.wait_for_timeout(250)
+    panel = open_relay_panel(page)
+    wait_for_idle_kernel(page)
     page.locator(".jp-Cell").first.click()
     for _ in range(3):
         page.keyboard.press("Shift+Enter")

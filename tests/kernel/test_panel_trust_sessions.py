@@ -25,7 +25,7 @@ from relay_jupyter.testing.script import Usage
 
 from .conftest import execute, text_of
 from .real_server import TOKEN, RealServer
-from .test_browser import ARTIFACTS, MODEL, jp_asyncio_loop, jp_server_cleanup, lab  # noqa: F401 - fixtures
+from .browser_rig import ARTIFACTS, MODEL, jp_asyncio_loop, jp_server_cleanup, lab, open_relay_panel, wait_for_idle_kernel  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -43,17 +43,8 @@ def _open(srv: RealServer, browser: Any, name: str) -> tuple[Any, Any]:
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     page.goto(f"{srv.url}lab/workspaces/{name.removesuffix('.ipynb')}/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        if page.locator(".jp-Dialog .jp-mod-accept").count():
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        elif idle.count():
-            break
-        page.wait_for_timeout(250)
-    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
-    panel = page.locator("#relay-jupyter-panel")
-    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
-    return page, panel
+    wait_for_idle_kernel(page)
+    return page, open_relay_panel(page)
 
 
 def _run_cell(page: Any, marker: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .test_main_job import ARTIFACTS, REPO, TOKEN, lab_page  # noqa: F401 - the fixture
+from .test_main_job import ARTIFACTS, REPO, TOKEN, lab_page, wait_for_kernel  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -30,14 +30,7 @@ def _copy(lab: Any, name: str) -> list[dict[str, Any]]:
 def _open(lab: Any, page: Any, name: str) -> None:
     page.goto(f"{lab.url}lab/tree/{name}?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        if page.locator(".jp-Dialog .jp-mod-accept").count():
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        if idle.count():
-            return
-        page.wait_for_timeout(250)
-    raise AssertionError("the kernel never became idle")
+    wait_for_kernel(page)
 
 
 def _run(page: Any, index: int, *, timeout: float = 120_000) -> str:

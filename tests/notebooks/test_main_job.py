@@ -112,7 +112,9 @@ def lab_page(tmp_path: Path) -> Iterator[tuple[Lab, Any]]:
             browser.close()
 
 
-def _wait_for_kernel(page: Any) -> None:
+def wait_for_kernel(page: Any) -> None:
+    """Wait until the open notebook's kernel is idle (a "select a kernel" dialog: take the preferred one); the
+    browser tests of tests/notebooks share it."""
     idle = page.get_by_text("Python 3 (ipykernel) | Idle")
     for _ in range(240):
         accept = page.locator(".jp-Dialog .jp-mod-accept")
@@ -121,7 +123,15 @@ def _wait_for_kernel(page: Any) -> None:
         if idle.count():
             return
         page.wait_for_timeout(250)
-    raise AssertionError("the quickstart's kernel never became idle")
+    raise AssertionError("the notebook's kernel never became idle")
+
+
+def open_relay_panel(page: Any) -> Any:
+    """Open the relay side panel from the right sidebar; its locator once it says it is connected."""
+    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
+    panel = page.locator("#relay-jupyter-panel")
+    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
+    return panel
 
 
 def _first_agent_cell() -> int:
@@ -134,7 +144,7 @@ def test_make_lab_opens_the_quickstart_and_the_demo_answers(lab_page: tuple[Lab,
     # the URL `jupyter lab <notebook>` opens
     page.goto(f"{lab.url}lab/tree/{QUICKSTART.name}?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    _wait_for_kernel(page)
+    wait_for_kernel(page)
     page.screenshot(path=str(ARTIFACTS / "main-job-opened.png"))
 
     # run every cell up to and including the first %%agent cell, as a reader does with Shift+Enter

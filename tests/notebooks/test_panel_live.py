@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .test_main_job import ARTIFACTS, TOKEN, lab_page  # noqa: F401 - the fixture
+from .test_main_job import ARTIFACTS, TOKEN, lab_page, open_relay_panel, wait_for_kernel  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -36,16 +36,8 @@ def _open_panel_and_run(lab: Any, page: Any, name: str) -> Any:
     page.goto(f"{lab.url}lab/tree/{name}?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     # open the panel first: it must learn of the request from the live stream, not from a later refresh
-    page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
-    panel = page.locator("#relay-jupyter-panel")
-    panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
-    idle = page.get_by_text("Python 3 (ipykernel) | Idle")
-    for _ in range(240):
-        if page.locator(".jp-Dialog .jp-mod-accept").count():
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        if idle.count():
-            break
-        page.wait_for_timeout(250)
+    panel = open_relay_panel(page)
+    wait_for_kernel(page)
     page.locator(".jp-Cell").first.click()
     for _ in range(3):
         page.keyboard.press("Shift+Enter")
