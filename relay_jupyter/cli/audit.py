@@ -3,7 +3,8 @@ notebooks, from the store the settings name: the database copy on PostgreSQL (``
 audit files of the data dir (docs/multi-user.md). A record belongs to the user its origin names
 (``user:<name>/…``, the hub service's origins), else to the broker's user (``c.RelayApp.user``).
 
-Team membership is the configured ``members`` of ``c.RelayApp.teams`` (``--members`` adds more, e.g. a hub group's).
+Team membership is the configured ``members`` of ``c.RelayApp.teams``, the hub group of the same name (live with
+``JUPYTERHUB_API_URL`` + ``JUPYTERHUB_API_TOKEN``, else the hub service's copy in its data dir) and ``--members``.
 """
 
 from __future__ import annotations
@@ -101,6 +102,18 @@ def audit_rows(config: Any, *, members: set[str] | None, since: float | None = N
     return rows[-limit:] if limit > 0 else []
 
 
+def _hub_group_members(team: str, config: Any) -> set[str]:
+    """The hub group's members: live with a hub token in the environment, else the hub service's copy."""
+    from ..server.hub_service import HubGroupsUnavailable, hub_group_members
+    from ..storage.paths import data_dir as default_data_dir
+
+    root = Path(config.data_dir) if config.data_dir else default_data_dir()
+    try:
+        return set(hub_group_members(team, root))
+    except HubGroupsUnavailable as exc:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"cannot read hub group {team[:64]!r}: {exc.reason}") from None
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     from .serve import broker_config
 
@@ -116,6 +129,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
             raise ConfigRefusal(Code.CONFIG_INVALID, f"no team {args.team[:64]!r} in c.RelayApp.teams "
                                                      "(or give its --members)")
         members = set(team.members if team is not None else ()) | extra
+        if team is not None:  # on a hub the team is also the hub group of its name (docs/multi-user.md)
+            members |= _hub_group_members(args.team, config)
     elif args.user:
         members = {args.user}
     rows = audit_rows(config, members=members, since=since, limit=args.n)

@@ -69,11 +69,16 @@ from .plain import make_app, refuse, shut_down
 __all__ = [
     "ENV_HUB_SERVICE_URL",
     "HUB_AUTH_CACHE_SECONDS",
+    "HUB_GROUPS_FILE",
     "HubEnv",
     "HubGate",
+    "HubGroupsUnavailable",
     "ThinKernels",
+    "fetch_hub_groups",
+    "hub_group_members",
     "hub_origin",
     "install_thin_kernel_env_hook",
+    "read_hub_groups",
     "run_hub_service",
     "serve_hub_service",
     "thin_client_url",
@@ -87,6 +92,10 @@ ENV_HUB_SERVICE_URL = "RELAY_HUB_SERVICE_URL"
 #: How long the hub's answer about a token is reused (a revoked token works this long at most).
 HUB_AUTH_CACHE_SECONDS = 30
 _SHUTDOWN_GRACE = 5.0
+#: The service's copy of its teams' hub groups (members only, no secret), for the admin commands run as its user
+#: (``jupyter relay audit --team``) that have no hub token of their own.
+HUB_GROUPS_FILE = "hub_groups.json"
+_GROUPS_EVERY_MS = 60_000
 _PRUNE_EVERY_MS = 3_600_000
 _JSON = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
 _HUB_DOWN_BODY = b'{"message": "cannot check the token with JupyterHub right now; retry"}'
@@ -173,10 +182,16 @@ class HubGate:
         self.access_scope = access_scope
         self.auth_log = auth_log
         self._groups: dict[str, frozenset[str]] = {}
+        self.hub_groups: dict[str, frozenset[str]] = {}
+        """The teams' hub groups as the service last fetched them (:func:`fetch_hub_groups`)."""
 
     def groups_of(self, user: str) -> frozenset[str]:
-        """The user's hub groups as last seen with one of their tokens (empty before that)."""
-        return self._groups.get(user, frozenset())
+        """The user's hub groups as last seen with one of their tokens (the fresher answer: every request
+        carries one), else as last fetched from the hub API (empty before either)."""
+        seen = self._groups.get(user)
+        if seen is not None:
+            return seen
+        return frozenset(g for g, members in self.hub_groups.items() if user in members)
 
     def _log(self, outcome: str, handler: web.RequestHandler, **extra: Any) -> None:
         if self.auth_log is not None:
@@ -262,6 +277,7 @@ class _HubService:
         gate = HubGate(make_hub_auth(self.env), self.env.access_scope, auth_log=auth_log)
         broker: Broker | None = None
         server: HTTPServer | None = None
+        groups_poll: PeriodicCallback | None = None
         try:
             try:
                 socks = bind_sockets(self.env.port, address=self.env.host, family=socket.AF_UNSPEC)
@@ -280,6 +296,10 @@ class _HubService:
 
                 limits = TeamLimitsFile(Teams.from_config(config.teams), root / TEAM_LIMITS_FILE)
                 broker.ledger.use_teams(teams_for_origin(limits.teams, None, gate.groups_of), broker.store.transaction)
+                groups_poll = PeriodicCallback(lambda: asyncio.ensure_future(self.refresh_groups(gate, root)),
+                                               _GROUPS_EVERY_MS)
+                await self.refresh_groups(gate, root)
+                groups_poll.start()
             # the service cannot write the users' files (another OS user): pushes land in its own directory
             workspace_root = ensure_private_dir(root / "hub-root")
             install_components(broker, jupyter_root=workspace_root)
@@ -298,12 +318,35 @@ class _HubService:
             print(f"relay hub service listening on {address}", flush=True)
             await self.stopping.wait()
             pruner.stop()
+            if groups_poll is not None:
+                groups_poll.stop()
             log.info("relay hub service stopping (signal)")
         finally:
             await shut_down(server, broker, grace=_SHUTDOWN_GRACE)
             auth_log.close()
             top.removeHandler(handler)
         return 0
+
+
+    async def refresh_groups(self, gate: HubGate, root: Path) -> None:
+        """Fetch the hub groups named like the service's teams (the service's role needs ``read:groups``),
+        hand them to the gate and write :data:`HUB_GROUPS_FILE`. A failure is one warning line (the first of a
+        kind); the last good copy stays."""
+        names = sorted(self.config.teams)
+        try:
+            groups = await asyncio.to_thread(fetch_hub_groups, self.env.api_url, self.env.api_token, names)
+        except HubGroupsUnavailable as exc:
+            if getattr(self, "_groups_warned", None) != exc.reason:
+                self._groups_warned = exc.reason
+                log.warning("relay hub service: cannot read the teams' hub groups (%s); team members from tokens "
+                            "only, `jupyter relay audit --team` sees the configured members", exc.reason)
+            return
+        self._groups_warned = None
+        gate.hub_groups = groups
+        try:
+            write_hub_groups(root / HUB_GROUPS_FILE, groups)
+        except OSError as exc:
+            log.warning("relay hub service: cannot write %s: %s", HUB_GROUPS_FILE, exc.strerror)
 
 
 def _login() -> str:
@@ -457,3 +500,89 @@ class ThinKernels:
         """Wait for the messages still being sent (server shutdown)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+# ------------------------------------------------------------------------------------ hub groups (the teams)
+
+class HubGroupsUnavailable(Exception):
+    """The hub's groups could not be read; ``reason`` is one line without the token."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def fetch_hub_groups(api_url: str, token: str, names: Iterable[str], *, timeout: float = 10.0
+                     ) -> dict[str, frozenset[str]]:
+    """The members of each hub group in ``names`` (``GET <api_url>/groups/<name>`` with ``token``; a group the hub
+    does not have is left out). Blocking (urllib): the CLI calls it as is, the service in a thread.
+
+    Raises:
+        HubGroupsUnavailable: the hub is unreachable, refuses the token (a service role without ``read:groups``:
+            403) or answers garbage.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    out: dict[str, frozenset[str]] = {}
+    base = api_url.rstrip("/")
+    for name in names:
+        req = urllib.request.Request(f"{base}/groups/{urllib.parse.quote(name, safe='')}",
+                                     headers={"Authorization": f"token {token}", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                model = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                continue
+            raise HubGroupsUnavailable(f"the hub answered {exc.code} for group {name[:64]!r}"
+                                       + ("; give the service a role with read:groups" if exc.code == 403 else "")
+                                       ) from None
+        except (OSError, ValueError) as exc:
+            raise HubGroupsUnavailable(f"the hub API at {base[:120]} is unreachable ({type(exc).__name__})") from None
+        users = model.get("users") if isinstance(model, dict) else None
+        if not isinstance(users, list):
+            raise HubGroupsUnavailable(f"the hub's model of group {name[:64]!r} has no users list")
+        out[name] = frozenset(u for u in users if isinstance(u, str))
+    return out
+
+
+def write_hub_groups(path: Path, groups: Mapping[str, Iterable[str]]) -> None:
+    """Write the groups' members to ``path`` (0600, atomic): names only, never a token."""
+    import time
+
+    data = {"fetched_at": time.time(), "groups": {g: sorted(m) for g, m in sorted(groups.items())}}
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def read_hub_groups(path: Path) -> dict[str, frozenset[str]] | None:
+    """The groups :func:`write_hub_groups` wrote, or None (no file, or not one the service wrote)."""
+    try:
+        data = json.loads(path.read_text())
+        groups = data["groups"]
+        return {str(g): frozenset(str(u) for u in members) for g, members in groups.items()
+                if isinstance(members, list)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def hub_group_members(team: str, data_dir: Path | None, environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The members of the hub group ``team``, for an admin command: live from the hub API when it runs with a hub
+    token (``JUPYTERHUB_API_URL`` + ``JUPYTERHUB_API_TOKEN``: as the hub service, or a hub-managed admin service),
+    else from the copy the running service keeps in its data dir (:data:`HUB_GROUPS_FILE`), else none.
+
+    Raises:
+        HubGroupsUnavailable: a hub token is set but the hub refused or did not answer (never a silent fallback).
+    """
+    env = os.environ if environ is None else environ
+    url, token = env.get("JUPYTERHUB_API_URL", "").strip(), env.get("JUPYTERHUB_API_TOKEN", "").strip()
+    if url and token:
+        return fetch_hub_groups(url, token, [team]).get(team, frozenset())
+    if data_dir is None:
+        return frozenset()
+    return (read_hub_groups(Path(data_dir) / HUB_GROUPS_FILE) or {}).get(team, frozenset())

@@ -203,6 +203,8 @@ c.JupyterHub.load_roles = [
     {{"name": "relay-test-admin", "services": ["relay-test-admin"],
       "scopes": ["admin:users", "admin:groups", "tokens", "read:users", "admin:servers", "access:servers"]}},
     {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
+    # the service reads its teams' hub groups (members) with its own token
+    {{"name": "relay-service", "services": [{SERVICE!r}], "scopes": ["read:groups"]}},
 ]
 c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}},
                              "race": {{"users": ["relayt-alice", "relayt-bob"]}}}}
@@ -315,12 +317,13 @@ c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}},
         return pids_of(SERVICE_USER)
 
 
-def service_cli(hub: Hub, *args: str) -> subprocess.CompletedProcess[str]:
+def service_cli(hub: Hub, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``jupyter relay ARGS`` as the service's user, with its settings (what an admin runs with sudo -u)."""
     home = str(hub.service_home)
+    extra = env or {}
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": str(hub.shared / "src"),
            "JUPYTER_CONFIG_DIR": f"{home}/.jupyter", "JUPYTER_DATA_DIR": f"{home}/.jupyter-data",
-           "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime"}
+           "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter-runtime", **extra}
     return subprocess.run([shutil.which("runuser") or "runuser", "-u", SERVICE_USER, "--",
                            str(HUB_VENV / "bin" / "python"), "-m", "relay_jupyter.cli", *args,
                            "--config", str(hub.service_config)],

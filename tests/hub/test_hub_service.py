@@ -139,6 +139,18 @@ def test_hub_groups_are_teams_alices_spend_is_gone_from_bobs_team_budget(hub, to
     assert {r["user"] for r in spend if r["user"]} == {ALICE}, spend
     assert sum(r["tokens"] for r in spend if r["user"] == ALICE) >= 1000
     assert any(r["team"] == "ml" and r["tokens"] >= 1000 for r in spend)
+    # audit --team: the team "ml" lists no members in the settings; its members are the hub group's, from the copy the
+    # service keeps of its teams' groups (read with its own token), or live with a hub token in the environment
+    for env in (None, {"JUPYTERHUB_API_URL": f"{hub.url}/hub/api", "JUPYTERHUB_API_TOKEN": hub.admin_token}):
+        out = service_cli(hub, "audit", "--team", "ml", "--json", env=env)
+        assert out.returncode == 0, out.stderr
+        rows = json.loads(out.stdout)
+        users = {r["origin"].split("/", 1)[0] for r in rows}
+        assert f"user:{ALICE}" in users and users <= {f"user:{ALICE}", f"user:{BOB}"}, (env, users)
+    refused = service_cli(hub, "audit", "--team", "ml", env={"JUPYTERHUB_API_URL": f"{hub.url}/hub/api",
+                                                               "JUPYTERHUB_API_TOKEN": "0" * 64})
+    assert refused.returncode == 2 and "hub group 'ml'" in refused.stderr and "0" * 64 not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
 _PROBE = r"""

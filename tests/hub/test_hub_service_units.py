@@ -140,3 +140,28 @@ def test_outside_a_hub_the_command_is_one_line_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "JUPYTERHUB_SERVICE_NAME" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_services_copy_of_its_hub_groups_is_private_and_a_dead_hub_is_one_line(tmp_path: Path) -> None:
+    from relay_jupyter.server.hub_service import (HUB_GROUPS_FILE, HubGroupsUnavailable, fetch_hub_groups,
+                                                  hub_group_members, read_hub_groups, write_hub_groups)
+
+    path = tmp_path / HUB_GROUPS_FILE
+    write_hub_groups(path, {"ml": {"bob", "alice"}, "race": set()})
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_hub_groups(path) == {"ml": frozenset({"alice", "bob"}), "race": frozenset()}
+    assert hub_group_members("ml", tmp_path, environ={}) == {"alice", "bob"}
+    assert hub_group_members("nope", tmp_path, environ={}) == frozenset()
+    path.write_text("{not json")
+    assert read_hub_groups(path) is None and hub_group_members("ml", tmp_path, environ={}) == frozenset()
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/hub/api"
+    secret = "hub-token-" + "9" * 40
+    with pytest.raises(HubGroupsUnavailable) as err:
+        fetch_hub_groups(dead, secret, ["ml"], timeout=5)
+    assert secret not in err.value.reason and "\n" not in err.value.reason
+    with pytest.raises(HubGroupsUnavailable):  # a hub token set: never a silent fallback to the copy
+        hub_group_members("ml", tmp_path, environ={"JUPYTERHUB_API_URL": dead, "JUPYTERHUB_API_TOKEN": secret})
