@@ -22,7 +22,7 @@ import operator
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,8 +39,13 @@ __all__ = [
     "MemoryLedger",
     "MemoryRunJournal",
     "MemoryStore",
+    "charge_totals",
     "check_amount",
     "check_text",
+    "held_by_dead",
+    "hold_owner",
+    "new_hold_id",
+    "settle_charge",
     "sse_frame",
 ]
 
@@ -82,6 +87,48 @@ def check_amount(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+
+
+# -- budget-hold arithmetic: one definition for every store (this one, storage/records.py, storage/postgres.py)
+
+def new_hold_id(owner: str | None = None, prefix: str = "") -> str:
+    """A new hold id: ``prefix`` (the PostgreSQL store's ``t`` for a hold in the shared team schema),
+    random, then ``@`` and the owner id of the broker taking it when it has one, so the holds of a
+    broker found dead can be charged at once (``charge_dead_holds``)."""
+    return prefix + secrets.token_hex(12) + ("@" + owner if owner else "")
+
+
+def hold_owner(hold_id: str) -> str | None:
+    """The owner a hold id carries: everything after its first ``@`` (None: a hold taken before holds
+    carried owners, or by a broker without a lease)."""
+    _, sep, owner = hold_id.partition("@")
+    return owner if sep and owner else None
+
+
+def held_by_dead(hold_id: str, live: Collection[str]) -> bool:
+    """Whether ``hold_id`` carries an owner (an ``@``) that is not in ``live``: charge it now."""
+    return "@" in hold_id and hold_owner(hold_id) not in live
+
+
+def settle_charge(tokens: int, cost_usd: float, held_tokens: int, held_cost: float, charged: bool
+                  ) -> tuple[int, float]:
+    """What settling a hold at ``tokens``/``cost_usd`` adds to the ledger: all of it, or, when the hold
+    was charged in full already (it expired, or its broker was found dead), only what exceeds the
+    held amount (never less than nothing)."""
+    if charged:
+        return max(0, int(tokens) - int(held_tokens)), max(0.0, float(cost_usd) - float(held_cost))
+    return int(tokens), float(cost_usd)
+
+
+def charge_totals(holds: Iterable[tuple[str, str, int, float]]) -> list[tuple[str, str, int, float]]:
+    """``(origin, day, tokens, cost_usd)`` of holds charged in full, summed per ledger row and sorted by
+    ``(origin, day)``: one addition per row, in one order (two PostgreSQL brokers charging at once lock
+    the rows in that order and never deadlock)."""
+    totals: dict[tuple[str, str], tuple[int, float]] = {}
+    for origin, day, tokens, cost in holds:
+        t, c = totals.get((origin, day), (0, 0.0))
+        totals[(origin, day)] = (t + int(tokens), c + float(cost))
+    return [(origin, day, t, c) for (origin, day), (t, c) in sorted(totals.items())]
 
 
 def check_dict(name: str, value: Any) -> None:
@@ -268,7 +315,7 @@ class MemoryStore:
             used_t, used_c = self.usage(origin, day)
             held_t, held_c = self.held(origin, day)
             check(used_t, used_c, held_t, held_c)
-            hold_id = secrets.token_hex(12) + ("@" + self.owner_id if self.owner_id else "")  # storage/records.py
+            hold_id = new_hold_id(self.owner_id)
             self._put(self._holds, hold_id, (origin, day, int(tokens), float(cost_usd), float(expires_at), False))
             return hold_id
 
@@ -282,24 +329,23 @@ class MemoryStore:
                 return False
             if tokens is not None and cost_usd is not None:
                 # through add_usage (it may fail: the hold is then kept, as the usage is committed first)
-                if h[5]:
-                    self.add_usage(h[0], h[1], max(0, tokens - h[2]), max(0.0, cost_usd - h[3]))
-                else:
-                    self.add_usage(h[0], h[1], tokens, cost_usd)
+                self.add_usage(h[0], h[1], *settle_charge(tokens, cost_usd, h[2], h[3], h[5]))
             self._drop(self._holds, hold_id)
             return not h[5]
 
     def _sweep(self, now: float) -> int:
-        n = 0
         for k, h in list(self._holds.items()):
-            if h[5]:
-                if h[4] + _DAY <= now:
-                    self._drop(self._holds, k)
-            elif h[4] <= now:
-                self.add_usage(h[0], h[1], h[2], h[3])
-                self._put(self._holds, k, (*h[:5], True))
-                n += 1
-        return n
+            if h[5] and h[4] + _DAY <= now:
+                self._drop(self._holds, k)
+        return self._charge([k for k, h in self._holds.items() if not h[5] and h[4] <= now])
+
+    def _charge(self, hold_ids: list[str]) -> int:
+        """Charge the live holds ``hold_ids`` in full and mark them charged."""
+        for origin, day, tokens, cost in charge_totals(self._holds[k][:4] for k in hold_ids):
+            self.add_usage(origin, day, tokens, cost)
+        for k in hold_ids:
+            self._put(self._holds, k, (*self._holds[k][:5], True))
+        return len(hold_ids)
 
     def sweep_holds(self, now: float) -> int:
         with self.transaction():
@@ -308,12 +354,7 @@ class MemoryStore:
     def charge_dead_holds(self) -> int:
         with self.transaction():
             live = self.live_owners()
-            dead = [(k, h) for k, h in self._holds.items() if not h[5] and "@" in k
-                    and k.partition("@")[2] not in live]
-            for k, h in dead:
-                self.add_usage(h[0], h[1], h[2], h[3])
-                self._put(self._holds, k, (*h[:5], True))
-            return len(dead)
+            return self._charge([k for k, h in self._holds.items() if not h[5] and held_by_dead(k, live)])
 
     # -- events ---------------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from .dialect import SqlStore
 
-__all__ = ["DEFAULT_LEASE_TTL", "LeasesMixin", "host_identity", "lease_rows", "owner_alive", "process_start"]
+__all__ = ["DEFAULT_LEASE_TTL", "LEASE_COLUMNS", "LeasesMixin", "host_identity", "lease_rows", "owner_alive", "process_start"]
 
 DEFAULT_LEASE_TTL = 30.0
 
@@ -91,18 +91,18 @@ def owner_alive(row: dict[str, Any], now: float, *, me: str | None = None) -> bo
     return float(row["renewed_at"]) + float(row["ttl"]) >= now
 
 
-_LEASE_COLUMNS = ("owner_id", "host", "pid", "proc_start", "started_at", "renewed_at", "ttl")
-_INSERT_LEASE = f"INSERT INTO owners ({', '.join(_LEASE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+LEASE_COLUMNS = ("owner_id", "host", "pid", "proc_start", "started_at", "renewed_at", "ttl")
+_INSERT_LEASE = f"INSERT INTO owners ({', '.join(LEASE_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def lease_rows(conn: Any) -> list[dict[str, Any]] | None:
     """Every lease row through a raw connection (the checkpoint journal's); None when the file has no
     ``owners`` table (a store older than schema 3 never opened it)."""
     try:
-        rows = conn.execute(f"SELECT {', '.join(_LEASE_COLUMNS)} FROM owners").fetchall()
+        rows = conn.execute(f"SELECT {', '.join(LEASE_COLUMNS)} FROM owners").fetchall()
     except sqlite3.OperationalError:
         return None
-    return [dict(zip(_LEASE_COLUMNS, r, strict=True)) for r in rows]
+    return [dict(zip(LEASE_COLUMNS, r, strict=True)) for r in rows]
 
 
 class LeasesMixin(SqlStore):
@@ -164,8 +164,8 @@ class LeasesMixin(SqlStore):
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease row (newest first)."""
-        rows = self.query(f"SELECT {', '.join(_LEASE_COLUMNS)} FROM owners ORDER BY started_at DESC")
-        return [dict(zip(_LEASE_COLUMNS, r, strict=True)) for r in rows]
+        rows = self.query(f"SELECT {', '.join(LEASE_COLUMNS)} FROM owners ORDER BY started_at DESC")
+        return [dict(zip(LEASE_COLUMNS, r, strict=True)) for r in rows]
 
     def live_owners(self) -> set[str]:
         """Owner ids that are alive now (this store's own lease always is)."""

@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
+from ..core.memory import new_hold_id
 from ..core.teams import TEAM_PREFIX
 from ..core.types import AuditRecord, Event
 from ..protocol.names import EventType
@@ -56,8 +57,8 @@ from .errors import StorageUnavailable, StoreError
 from .events import _PERMISSION_TYPES, _check_event, _event, _middle, _parse
 from .dialect import POSTGRES, SqlStore
 from .journal import JournalMixin
-from .leases import DEFAULT_LEASE_TTL, LeasesMixin, owner_alive
-from .records import ConversationsMixin, GrantsMixin, TrustMixin, hold_id_of, sweep_expired
+from .leases import DEFAULT_LEASE_TTL, LEASE_COLUMNS, LeasesMixin, owner_alive
+from .records import ConversationsMixin, GrantsMixin, TrustMixin, charge_dead, sweep_expired
 from .telemetry import TelemetryMixin
 from .pg_schema import MIGRATION_LOCK, migrate
 
@@ -415,8 +416,10 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
         sch = self._ls(origin)
-        # "t": a hold in the shared (team) schema; "@owner": charged at once when that broker is found dead
-        hold_id = hold_id_of(None, "t") if sch else hold_id_of(self.owner_id)
+        if not sch:  # "@owner": charged at once when that broker is found dead
+            hold_id = new_hold_id(self.owner_id)
+        else:  # "t": in the shared (team) schema; "@owner@schema": that broker's lease is in its user's schema
+            hold_id = new_hold_id(f"{self.owner_id}@{self.schema}" if self.owner_id else None, "t")
         if self._current() is None:
             self.sweep_holds(now)
         with self.transaction() as conn:
@@ -441,6 +444,36 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
             with self.transaction() as conn:
                 n += sweep_expired(self, conn, now, self._shared)
         return n
+
+    def charge_dead_holds(self) -> int:
+        """The holds of this schema's dead brokers, then (namespaced) the team holds in the shared
+        schema of **any** user's dead broker, as SQLite's brokers sharing one file do: a team hold's id
+        carries ``@<owner>@relay_u_<user>`` and that owner is judged by the lease in its user's schema
+        (issue 12: a SIGKILLed broker's team holds no longer wait for their expiry)."""
+        n = charge_dead(self, "", self.live_owners)
+        if self._shared:
+            n += charge_dead(self, self._shared, self._team_live_owners)
+        return n
+
+    def _team_live_owners(self) -> set[str]:
+        """``<owner>@<schema>`` of the live brokers among those the live team holds name (their leases
+        read from their users' schemas; a schema no namespace opened has no live broker)."""
+        rows = self.query(f"SELECT hold_id FROM {self._shared}budget_holds WHERE NOT charged "
+                          "AND strpos(hold_id, '@') > 0")
+        named = {h.rpartition("@")[2] for (h,) in rows if h.count("@") == 2}
+        known = {r[0] for r in self.query(f"SELECT schema_name FROM {self._shared}namespaces")}
+        now = self.now()
+        live: set[str] = set()
+        for schema in sorted(named & known):
+            if not _SCHEMA_NAME.match(schema):  # only names schema_for() makes go into SQL text
+                continue
+            for row in self.query(f"SELECT {', '.join(LEASE_COLUMNS)} FROM {schema}.owners"):
+                lease = dict(zip(LEASE_COLUMNS, row, strict=True))
+                if owner_alive(lease, now, me=self.owner_id):
+                    live.add(f"{lease['owner_id']}@{schema}")
+        if self.owner_id is not None and self.schema is not None:
+            live.add(f"{self.owner_id}@{self.schema}")
+        return live
 
     def ledger_rows(self, prefix: str = "") -> list[tuple[str, str, int, float]]:
         """``(key, day, tokens, cost_usd)`` of every ledger row whose key starts with ``prefix``

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import operator
-import secrets
 from collections.abc import Callable
 from typing import Any
 
-from ..core.memory import check_tool_key
+from ..core.memory import charge_totals, check_tool_key, held_by_dead, settle_charge
 from ..core.types import Grant, ToolClass
 from ._db import check_amount, check_text
 from .dialect import SqlStore
@@ -84,8 +83,7 @@ class GrantsMixin(SqlStore):
                 return False
             origin, day, held_t, held_c, charged = row
             if tokens is not None and cost_usd is not None:
-                t, c = (max(0, tokens - held_t), max(0.0, cost_usd - held_c)) if charged else (tokens, cost_usd)
-                add_to_ledger(self, conn, origin, day, int(t), float(c), sch)
+                add_to_ledger(self, conn, origin, day, *settle_charge(tokens, cost_usd, held_t, held_c, charged), sch)
             conn.execute(self.sql(f"DELETE FROM {sch}budget_holds WHERE hold_id = ?"), (hold_id,))
             return not charged
 
@@ -103,19 +101,6 @@ class GrantsMixin(SqlStore):
         return charge_dead(self, "", self.live_owners)
 
 
-def hold_id_of(owner: str | None, prefix: str = "") -> str:
-    """A new hold id: ``prefix`` (PostgreSQL: ``t`` for a hold in the shared team schema), random, then
-    ``@`` and the owner id of the broker taking it (when it has one), so the holds of a broker found
-    dead can be charged at once (:meth:`GrantsMixin.charge_dead_holds`)."""
-    return prefix + secrets.token_hex(12) + ("@" + owner if owner else "")
-
-
-def hold_owner(hold_id: str) -> str | None:
-    """The owner id a hold id carries (None: a hold taken before holds carried owners, or without one)."""
-    _, sep, owner = hold_id.partition("@")
-    return owner if sep and owner else None
-
-
 def add_to_ledger(store: SqlStore, conn: Any, origin: str, day: str, tokens: int, cost_usd: float,
                   schema: str = "") -> None:
     """Add to a ledger row in one UPSERT (``schema``: the prefix of a shared schema, or "")."""
@@ -129,13 +114,8 @@ def _charge(store: SqlStore, conn: Any, rows: list[tuple[Any, ...]], schema: str
     """Charge the holds ``rows`` (``hold_id, origin, day, tokens, cost_usd``) in full and mark them
     charged: their ledger rows are added to in key order (PostgreSQL: two brokers charging at once
     lock the rows in one order, so they never deadlock)."""
-    totals: dict[tuple[str, str], list[float]] = {}
-    for _hold, origin, day, tokens, cost in rows:
-        t = totals.setdefault((origin, day), [0, 0.0])
-        t[0] += int(tokens)
-        t[1] += float(cost)
-    for (origin, day), (tokens, cost) in sorted(totals.items()):
-        add_to_ledger(store, conn, origin, day, int(tokens), float(cost), schema)
+    for origin, day, tokens, cost in charge_totals(r[1:] for r in rows):
+        add_to_ledger(store, conn, origin, day, tokens, cost, schema)
     store.sql.executemany(conn, store.sql(f"UPDATE {schema}budget_holds SET charged = TRUE WHERE hold_id = ?"),
                           [(r[0],) for r in rows])
 
@@ -160,14 +140,14 @@ def charge_dead(store: SqlStore, schema: str, live_owners: Callable[[], set[str]
     if not rows:
         return 0
     live = live_owners()
-    if all(hold_owner(r[0]) in live for r in rows):
+    if not any(held_by_dead(r[0], live) for r in rows):
         return 0
     with store.transaction() as conn:
         live = live_owners()
         found = conn.execute(store.sql(f"SELECT hold_id, origin, day, tokens, cost_usd FROM {schema}budget_holds "
                                        "WHERE NOT charged AND {instr}(hold_id, '@') > 0 "
                                        "ORDER BY origin, day, hold_id{for_update}")).fetchall()
-        dead = [r for r in found if hold_owner(r[0]) not in live]
+        dead = [r for r in found if held_by_dead(r[0], live)]
         if dead:
             _charge(store, conn, dead, schema)
     return len(dead)

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..core.memory import new_hold_id
 from ._db import check_amount, check_text, dumps
 from .checkpoints import CheckpointJournal
 from .events import EventsMixin
 from .journal import JournalMixin
 from .leases import LeasesMixin
 from .paths import data_dir
-from .records import ConversationsMixin, GrantsMixin, TrustMixin, hold_id_of, sweep_expired
+from .records import ConversationsMixin, GrantsMixin, TrustMixin, sweep_expired
 from .telemetry import TelemetryMixin
 
 __all__ = ["DB_NAME", "Store"]
@@ -75,7 +76,7 @@ class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMix
         check_text("day", day)
         check_amount("tokens", tokens)
         check_amount("cost_usd", cost_usd)
-        hold_id = hold_id_of(self.owner_id)
+        hold_id = new_hold_id(self.owner_id)
         with self.transaction() as conn:
             sweep_expired(self, conn, now)
             used = conn.execute("SELECT tokens, cost_usd FROM ledger WHERE origin = ? AND day = ?",

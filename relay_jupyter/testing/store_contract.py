@@ -19,7 +19,10 @@ come from ``clock`` (a :class:`ContractClock`)::
 
 A store that several brokers share (SQLite on one data dir, PostgreSQL) may also give
 ``make_peer(store, clock) -> Store``: a second store object on the same storage (another broker);
-the tests that need one are skipped otherwise.
+the tests that need one are skipped otherwise. One that brokers in several processes share may give
+``spawn_holder(store) -> HeldElsewhere``: another process (``relay_jupyter.testing.hold_worker``)
+that takes a lease and a budget hold on the same storage and waits to be SIGKILLed, and the store
+that judges it (``store`` itself, or a store of another user on the same database).
 
 The suite grew out of the memory-vs-SQLite parity tests: :meth:`StoreContract.test_same_results_as_the_reference`
 runs one scenario against the store and against :class:`~relay_jupyter.core.memory.MemoryStore`
@@ -29,8 +32,13 @@ never overspend, concurrent adds are never lost, ids are unique).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -43,7 +51,7 @@ from ..core.types import Event, Grant, ToolClass
 from ..protocol.names import TERMINAL_EVENTS, EventType
 from ..protocol.sse import encode_event
 
-__all__ = ["ContractClock", "StoreContract"]
+__all__ = ["ContractClock", "HeldElsewhere", "StoreContract", "spawn_hold_worker"]
 
 DAY = "2026-01-01"
 
@@ -132,6 +140,33 @@ def _scenario(s: Any, clock: ContractClock) -> dict[str, Any]:
     with pytest.raises(ValueError):
         s.add_usage("a", "d", -1, 0.0)
     return out
+
+
+@dataclass
+class HeldElsewhere:
+    """A broker process holding ``tokens``/``cost_usd`` of ``key`` on ``day`` (``spawn_holder``), and
+    ``judge``: a live broker's store on the same storage that should charge the hold once ``proc`` dies."""
+
+    proc: subprocess.Popen[str]
+    judge: Store
+    key: str
+    day: str
+    tokens: int
+    cost_usd: float
+
+
+def spawn_hold_worker(args: list[str]) -> subprocess.Popen[str]:
+    """Start ``relay_jupyter.testing.hold_worker`` with ``args`` and wait until its hold is committed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    proc = subprocess.Popen([sys.executable, "-m", "relay_jupyter.testing.hold_worker", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline() if proc.stdout is not None else ""
+    if not line:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"the hold worker ended before holding anything (exit {proc.returncode})")
+    assert "@" in json.loads(line)["hold"]  # the hold carries its owner
+    return proc
 
 
 class StoreContract:
@@ -648,6 +683,30 @@ class StoreContract:
         assert store.query_telemetry() == []
 
     # -- two store objects on one storage (two brokers) -----------------------------------------------
+
+    def test_a_sigkilled_brokers_holds_are_charged_at_once(self, request: pytest.FixtureRequest, store: Store
+                                                           ) -> None:
+        """Two processes (issue 12): another broker takes a hold that never expires and is SIGKILLed;
+        a live broker's ``charge_dead_holds`` charges it in full at once, and only once. While it
+        lives its hold is neither charged nor free budget."""
+        try:
+            spawn = request.getfixturevalue("spawn_holder")
+        except pytest.FixtureLookupError:
+            pytest.skip("this store is not shared between processes")
+        store.acquire_lease()
+        held = spawn(store)
+        judge, key, day = held.judge, held.key, held.day
+        try:
+            assert judge.held(key, day) == (held.tokens, held.cost_usd)
+            assert judge.charge_dead_holds() == 0 and judge.usage(key, day) == (0, 0.0)  # its broker lives
+            held.proc.kill()
+            held.proc.wait()
+            assert judge.charge_dead_holds() == 1 and judge.charge_dead_holds() == 0
+            assert judge.usage(key, day) == (held.tokens, held.cost_usd) and judge.held(key, day) == (0, 0.0)
+        finally:
+            if held.proc.poll() is None:
+                held.proc.kill()
+                held.proc.wait()
 
     def test_a_live_peers_holds_are_not_charged_as_dead(self, store: Store, peer: Store) -> None:
         store.acquire_lease()

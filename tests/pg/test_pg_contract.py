@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_jupyter.testing.store_contract import ContractClock, StoreContract
+from relay_jupyter.testing.store_contract import DAY, ContractClock, HeldElsewhere, StoreContract, spawn_hold_worker
 
 pytestmark = pytest.mark.pg
 
@@ -48,6 +48,24 @@ def make_peer(postgres_db: tuple[str, Path], _opened: list[PostgresStore]
         return _opened[-1]
 
     return make
+
+
+@pytest.fixture
+def spawn_holder(postgres_db: tuple[str, Path], _opened: list[PostgresStore]
+                 ) -> Callable[[PostgresStore], HeldElsewhere]:
+    """Per-user brokers sharing the database (docs/multi-user.md, deployment 2): alice's broker, in a
+    process of its own, holds 7 tokens / $0.5 of the team ``ml`` (a hold in the shared schema; its
+    lease in alice's schema); bob's broker is the judge."""
+    url, password_file = postgres_db
+
+    def spawn(store: PostgresStore) -> HeldElsewhere:
+        bob = PostgresStore.open(url, password_file=password_file, namespace="bob")
+        _opened.append(bob)
+        bob.acquire_lease()
+        proc = spawn_hold_worker(["pg", url, str(password_file), "alice", "team:ml", DAY, "7", "0.5"])
+        return HeldElsewhere(proc, bob, "team:ml", DAY, 7, 0.5)
+
+    return spawn
 
 
 class TestPostgresStore(StoreContract):

@@ -12,7 +12,7 @@ from relay_jupyter.core import memory
 from relay_jupyter.core.memory import MemoryStore
 from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
 from relay_jupyter.storage import Store
-from relay_jupyter.testing.store_contract import ContractClock, StoreContract
+from relay_jupyter.testing.store_contract import DAY, ContractClock, HeldElsewhere, StoreContract, spawn_hold_worker
 
 
 class TestMemoryStore(StoreContract):
@@ -45,6 +45,15 @@ class TestSQLiteStore(StoreContract):
         yield make
         for s in opened:
             s.close()
+
+    @pytest.fixture
+    def spawn_holder(self) -> Callable[[Store], HeldElsewhere]:
+        """Another broker process on the same file, holding 7 tokens / $0.5 of ``o``."""
+        def spawn(store: Store) -> HeldElsewhere:
+            proc = spawn_hold_worker(["sqlite", str(store.path), "o", DAY, "7", "0.5"])
+            return HeldElsewhere(proc, store, "o", DAY, 7, 0.5)
+
+        return spawn
 
 
 def test_the_memory_store_follows_the_protocols_event_names() -> None:
