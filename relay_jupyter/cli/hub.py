@@ -25,6 +25,9 @@ def register(subparsers: Any) -> None:
                                                       "of the service user)")
     p.add_argument("--secrets-file", metavar="PATH", help="a 0600 file of the service user holding API keys")
     p.add_argument("--mcp-config", metavar="PATH", help="mcp.json with the MCP servers to connect")
+    p.add_argument("--auth-cache", metavar="SECONDS", type=int, default=None,
+                   help="how long the hub's answer about a token is reused, 1-300 (default 10): a revoked hub "
+                        "token keeps working this long at most")
     p.set_defaults(func=_cmd_hub_service)
 
 
@@ -32,8 +35,14 @@ def _cmd_hub_service(args: argparse.Namespace) -> int:
     from ..server.hub_service import HubEnv, run_hub_service
     from .serve import broker_config
 
+    from ..core.errors import Code, ConfigRefusal
+    from ..server.hub_service import HUB_AUTH_CACHE_SECONDS
+
+    cache = HUB_AUTH_CACHE_SECONDS if args.auth_cache is None else args.auth_cache
+    if not 1 <= cache <= 300:  # 0 would be HubAuth's "cache forever"
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--auth-cache must be 1-300 seconds")
     env = HubEnv.from_env()
     config = broker_config(argparse.Namespace(config=args.config, data_dir=args.data_dir,
                                               secrets_file=args.secrets_file, mcp_config=args.mcp_config,
                                               consent_timeout=None))
-    return run_hub_service(config, env)
+    return run_hub_service(config, env, auth_cache=cache)

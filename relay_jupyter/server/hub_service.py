@@ -89,8 +89,9 @@ log = logging.getLogger("relay_jupyter.hub")
 #: Where a single-user server finds the hub service when ``c.RelayApp.hub_service_url`` is not set
 #: (``c.Spawner.environment = {"RELAY_HUB_SERVICE_URL": "http://127.0.0.1:10101/services/relay/"}``).
 ENV_HUB_SERVICE_URL = "RELAY_HUB_SERVICE_URL"
-#: How long the hub's answer about a token is reused (a revoked token works this long at most).
-HUB_AUTH_CACHE_SECONDS = 30
+#: How long the hub's answer about a token is reused by default (a revoked token works this long at most;
+#: ``jupyter relay hub-service --auth-cache SECONDS``). Short: one hub API call per token per period.
+HUB_AUTH_CACHE_SECONDS = 10
 _SHUTDOWN_GRACE = 5.0
 #: The service's copy of its teams' hub groups (members only, no secret), for the admin commands run as its user
 #: (``jupyter relay audit --team``) that have no hub token of their own.
@@ -257,9 +258,10 @@ def make_hub_auth(env: HubEnv, cache_seconds: int = HUB_AUTH_CACHE_SECONDS) -> A
 # --------------------------------------------------------------------------------------- the service process
 
 class _HubService:
-    def __init__(self, config: BrokerConfig, env: HubEnv) -> None:
+    def __init__(self, config: BrokerConfig, env: HubEnv, auth_cache: int = HUB_AUTH_CACHE_SECONDS) -> None:
         self.config = config
         self.env = env
+        self.auth_cache = auth_cache
         self.stopping = asyncio.Event()
 
     async def run(self) -> int:
@@ -274,7 +276,7 @@ class _HubService:
         auth_log = AuthLog(ensure_private_dir(root / "logs") / "auth.jsonl")
         if not config.in_memory:
             config = config.model_copy(update={"data_dir": root, "audit_file": "audit-hub.jsonl"})
-        gate = HubGate(make_hub_auth(self.env), self.env.access_scope, auth_log=auth_log)
+        gate = HubGate(make_hub_auth(self.env, self.auth_cache), self.env.access_scope, auth_log=auth_log)
         broker: Broker | None = None
         server: HTTPServer | None = None
         groups_poll: PeriodicCallback | None = None
@@ -358,15 +360,17 @@ def _login() -> str:
         return str(os.getuid())
 
 
-async def serve_hub_service(config: BrokerConfig, env: HubEnv | None = None) -> int:
+async def serve_hub_service(config: BrokerConfig, env: HubEnv | None = None, *,
+                            auth_cache: int = HUB_AUTH_CACHE_SECONDS) -> int:
     """Run the hub service until SIGINT/SIGTERM. Returns the exit status."""
-    return await _HubService(config, env or HubEnv.from_env()).run()
+    return await _HubService(config, env or HubEnv.from_env(), auth_cache).run()
 
 
-def run_hub_service(config: BrokerConfig, env: HubEnv | None = None) -> int:
+def run_hub_service(config: BrokerConfig, env: HubEnv | None = None, *,
+                    auth_cache: int = HUB_AUTH_CACHE_SECONDS) -> int:
     """Blocking :func:`serve_hub_service`."""
     hub_env = env or HubEnv.from_env()  # refuse a missing hub environment before anything starts
-    return asyncio.run(serve_hub_service(config, hub_env))
+    return asyncio.run(serve_hub_service(config, hub_env, auth_cache=auth_cache))
 
 
 # --------------------------------------------------------------------------------- the thin client (user side)

@@ -41,6 +41,8 @@ SERVICE_USER = "relayt-svc"
 USERS = ("relayt-alice", "relayt-bob", "relayt-carol")
 SERVICE = "relay"
 KEY = "sk-ant-hub-service-key-0123456789abcdef"
+#: The service's token cache here (--auth-cache): a revoked token is refused within it (test_hub_service.py)
+AUTH_CACHE = 2
 
 
 def free_port() -> int:
@@ -165,7 +167,7 @@ class Hub:
         _write_owned(self.service_config, json.dumps(settings), SERVICE_USER)
         cfg = self.work / "jupyterhub_config.py"
         service_cmd = [str(HUB_VENV / "bin" / "python"), "-m", "relay_jupyter.cli", "hub-service",
-                       "--config", str(self.service_config)]
+                       "--config", str(self.service_config), "--auth-cache", str(AUTH_CACHE)]
         cfg.write_text(f"""
 c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"

@@ -99,6 +99,25 @@ def test_a_users_token_gets_her_origin_and_other_tokens_are_refused(hub, tokens)
     assert hub.request(f"rpc?token={tokens[ALICE]}", token=None, body=body)[0] == 400
 
 
+def test_a_revoked_hub_token_is_refused_once_the_services_cache_expires(hub) -> None:
+    """The service reuses the hub's answer about a token for --auth-cache seconds (AUTH_CACHE here, 10 by
+    default): after the hub revokes a token the service refuses it like a wrong one, with no restart."""
+    import time
+
+    status, reply = hub.hub_api("POST", f"users/{ALICE}/tokens", {"note": "revoked", "expires_in": 3600,
+                                                                   "scopes": [ACCESS]})
+    assert status == 201, reply
+    token, token_id = reply["token"], reply["id"]
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "grants.get", "params": {}}).encode()
+    assert hub.request("rpc", token=token, body=body, via_proxy=False)[0] == 200
+    assert hub.hub_api("DELETE", f"users/{ALICE}/tokens/{token_id}")[0] == 204
+    deadline = time.monotonic() + 60
+    while (answer := hub.request("rpc", token=token, body=body, via_proxy=False))[0] == 200:
+        assert time.monotonic() < deadline, "a revoked token still works"
+        time.sleep(0.5)  # the service's cache of the hub's answer expiring (AUTH_CACHE seconds)
+    assert answer == hub.request("rpc", token="0" * 64, body=body, via_proxy=False)  # the one 401 of a wrong token
+
+
 def test_another_user_cannot_see_or_spend_alices_grants(hub, tokens, fake) -> None:
     alice_origin = _grant(hub, tokens[ALICE])["origin"]
     bob = tokens[BOB]
