@@ -99,10 +99,16 @@ class ElicitationRouter:
             "originator": originator,
             "message": ask.message,
             "fields": [f.as_dict() for f in ask.fields],
+            "mode": ask.mode,
             "protocol_version": ask.protocol_version,
             "from": "server",
             "deadline": deadline,
         }
+        if ask.url is not None:  # URL mode: the link (checked by mcp/elicitation.parse_url_request) and its host
+            from urllib.parse import urlsplit
+
+            payload["url"] = ask.url
+            payload["url_host"] = (urlsplit(ask.url).hostname or "").encode("idna").decode("ascii")
         event = self.events.append(EventType.ELICITATION_REQUEST, payload, origin=origin, run_id=run_id)
         future: asyncio.Future[ElicitationAnswer] = asyncio.get_running_loop().create_future()
         pending = PendingElicitation(ask=ask, request_id=request_id, origin=origin, originator=originator,
@@ -184,6 +190,11 @@ class ElicitationRouter:
             return
         arguments: dict[str, Any] = {"server": ask.server, "fields": [f.name for f in ask.fields],
                                      "fields_answered": answered}
+        if ask.url is not None:  # the host only: a link may carry a one-time code or state
+            from urllib.parse import urlsplit
+
+            arguments["mode"] = "url"
+            arguments["url_host"] = urlsplit(ask.url).hostname or ""
         if refused_kind:
             arguments["refused"] = refused_kind
         self.audit.append(AuditRecord(ts=self.clock(), origin=origin, tool=f"elicitation:{ask.tool or ask.server}",

@@ -73,6 +73,10 @@ def register(subparsers: Any) -> None:
     token.add_argument("--data-dir", metavar="PATH", help="relay data dir (default: <jupyter data dir>/relay)")
     token.set_defaults(func=_cmd_mcp_token)
 
+    from .mcp_signin import register as register_signin
+
+    register_signin(subparsers)  # jupyter relay mcp-signin SERVER (OAuth at a terminal, for the daemon)
+
 
 def _cmd_mcp_token(args: argparse.Namespace) -> int:
     import time

@@ -47,6 +47,7 @@ from .elicitation import (
     Refused,
     check_answer,
     parse_form,
+    parse_url_request,
 )
 from .http import HttpTransport
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES, StdioTransport
@@ -148,6 +149,8 @@ class McpConnection:
         """Set when the server sends ``notifications/tools/list_changed``; the registry re-lists."""
         self.elicitation_handler: ElicitationHandler | None = None
         """Who asks the user when the server sends ``elicitation/create`` (the broker's router); None declines."""
+        self.sign_in_hint: str | None = None
+        """How the user signs in, ending a "needs sign-in" message (set with :attr:`http_auth` by the registry)."""
         self.elicitation_log: list[dict[str, Any]] = []
         """The last elicitations relay declined without asking (kind, reason), newest last, at most 20."""
         self.http_auth: Any = None
@@ -512,9 +515,12 @@ class McpConnection:
         if not has(self.protocol_version, "elicitation_form"):
             return types.ErrorData(code=types.METHOD_NOT_FOUND,
                                    message=f"elicitation is not part of protocol {self.protocol_version}")
-        if isinstance(params, types.ElicitRequestURLParams) or getattr(params, "mode", "form") != "form":
+        url_mode = isinstance(params, types.ElicitRequestURLParams) or getattr(params, "mode", "form") == "url"
+        if url_mode and not has(self.protocol_version, "elicitation_url"):
             return types.ErrorData(code=types.INVALID_PARAMS,
-                                   message="relay supports form elicitation only; it opens no URL a server sends")
+                                   message=f"URL elicitation is not part of protocol {self.protocol_version}")
+        if not url_mode and getattr(params, "mode", "form") not in ("form", None):
+            return types.ErrorData(code=types.INVALID_PARAMS, message="unknown elicitation mode")
         if self.elicitation_handler is None:
             return self._declined("context", "nobody to ask (no broker is attached)")
         # The call this request belongs to: the task's own (2026-07-28 input requests run in the
@@ -528,8 +534,13 @@ class McpConnection:
         if call.elicited >= MAX_PER_CALL:
             return self._declined("limit", f"more than {MAX_PER_CALL} requests during one tool call")
         call.elicited += 1
+        url: str | None = None
         try:
-            message, fields = parse_form(params.message, params.requested_schema)
+            if url_mode:
+                message, url, _host = parse_url_request(params.message, getattr(params, "url", None))
+                fields: tuple[Any, ...] = ()
+            else:
+                message, fields = parse_form(params.message, params.requested_schema)
         except Refused as exc:
             # The handler is told (the notebook shows one line and the audit records it); whatever it
             # answers, a refused request is declined.
@@ -542,7 +553,8 @@ class McpConnection:
                 logger.debug("MCP server %r: refusal notice failed (%s)", self.name, type(err).__name__)
             return self._declined(exc.kind, exc.reason)
         ask = ElicitationAsk(server=self.name, message=message, fields=fields, context=call.context,
-                             tool=call.tool, protocol_version=self.protocol_version)
+                             tool=call.tool, protocol_version=self.protocol_version, url=url,
+                             elicitation_id=str(getattr(params, "elicitation_id", "") or "")[:200] or None)
         # The person's time is not the server's: the call's deadline is paused while the card is open.
         loop = asyncio.get_running_loop()
         timer = call.timer
@@ -561,6 +573,8 @@ class McpConnection:
                 timer.reschedule(loop.time() + max(left, 1.0))
         if answer.action != "accept":
             return types.ElicitResult(action="cancel" if answer.action == "cancel" else "decline")
+        if url_mode:  # the person opened the page: nothing of theirs passes through relay
+            return types.ElicitResult(action="accept")
         try:
             content = check_answer(fields, answer.content or {})
         except ValueError:
@@ -590,8 +604,8 @@ class McpConnection:
 
     def _sign_in_message(self) -> str:
         shown = getattr(self.config, "shown_source", self.name)
-        return (f"MCP server {self.name!r} at {shown} needs sign-in (HTTP 401, OAuth): sign in from a notebook with "
-                f"relay.sign_in({self.name!r})")
+        how = self.sign_in_hint or f"sign in from a notebook with relay.sign_in({self.name!r})"
+        return f"MCP server {self.name!r} at {shown} needs sign-in (HTTP 401, OAuth): {how}"
 
     def _flooded(self) -> bool:
         return bool(self._transport is not None and self._transport.flooded)

@@ -4,8 +4,11 @@ Everything in a request is untrusted (the server wrote it). This module turns a 
 the notebook can show, or refuses it, and checks an answer against that form; the broker routes the
 form to the kernel that started the run (``broker/elicitations.py``) and the user answers there.
 
-- **Form mode only** (protocol 2025-06-18 and later: :func:`~.versions.has` ``elicitation_form``).
-  URL mode ("open this link") is answered with an error: relay opens no links a server chose.
+- **Form mode** (protocol 2025-06-18 and later: :func:`~.versions.has` ``elicitation_form``) and **URL
+  mode** (2025-11-25 and later, ``elicitation_url``: "open this page", for what must not pass through the
+  client — a sign-in, a payment): :func:`parse_url_request` checks the link (https, or http to loopback; no
+  credentials in it; bounded) and the card shows it with its host, opened **only by the person's click**
+  (relay never opens it). Accept means "I opened it"; nothing typed there reaches relay.
 - **Bounded**: the requested schema must be a flat object (the MCP "restricted subset") of at most
   :data:`MAX_FIELDS` string / number / integer / boolean / enum / multi-select fields, at most
   :data:`MAX_SCHEMA_BYTES` of canonical JSON; the message is cut at :data:`MAX_MESSAGE_CHARS`; titles
@@ -49,6 +52,7 @@ __all__ = [
     "check_answer",
     "defaults_of",
     "parse_form",
+    "parse_url_request",
     "secret_fields",
 ]
 
@@ -142,6 +146,13 @@ class ElicitationAsk:
     """Set when relay declines the request without asking (a credential field, a schema over the
     bounds …): the handler only records it and tells the user in one line; the answer is decline."""
     refused_kind: str | None = None
+    url: str | None = None
+    """URL mode: the checked link the server asks the user to open (``fields`` is empty)."""
+    elicitation_id: str | None = None
+
+    @property
+    def mode(self) -> str:
+        return "url" if self.url is not None else "form"
 
 
 @dataclass(frozen=True)
@@ -288,6 +299,42 @@ def parse_form(message: Any, schema: Any) -> tuple[str, tuple[FormField, ...]]:
     if not text.strip():
         raise Refused("the request has no message saying what it is for")
     return text, fields
+
+
+MAX_URL_CHARS = 2048
+
+
+def parse_url_request(message: Any, url: Any) -> tuple[str, str, str]:
+    """A URL-mode request -> ``(message cut to size, url, host)``. Raises :class:`Refused` (kind ``url``) for a
+    link that is not https (or http to a loopback host), carries a user name or password, has control
+    characters or spaces, has no host, or is longer than :data:`MAX_URL_CHARS`."""
+    from urllib.parse import urlsplit
+
+    from .policy import is_loopback_host
+
+    if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS:
+        raise Refused(f"the link is missing or longer than {MAX_URL_CHARS} characters", kind="url")
+    if any(ord(c) < 0x21 or ord(c) == 0x7F or c in "\u2028\u2029\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+           for c in url):
+        raise Refused("the link has spaces or control characters", kind="url")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        _port = parts.port
+    except ValueError:
+        raise Refused("the link cannot be read", kind="url") from None
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise Refused("the link carries a user name or password", kind="url")
+    if not host or not (parts.scheme == "https" or (parts.scheme == "http" and is_loopback_host(host))):
+        raise Refused("the link is not https (plain http only to this machine)", kind="url")
+    text = _cut(message, MAX_MESSAGE_CHARS)
+    if not text.strip():
+        raise Refused("the request has no message saying what the page is for", kind="url")
+    try:  # an internationalised host is shown as the ASCII the browser really asks for (lookalike letters)
+        shown = host if host.isascii() else host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise Refused("the link's host cannot be read", kind="url") from None
+    return text, url, shown
 
 
 def defaults_of(schema: Any) -> dict[str, Any]:

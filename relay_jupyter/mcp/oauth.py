@@ -86,6 +86,18 @@ class FileTokenStore:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self._write({**self._read(), "client": client_info.model_dump(mode="json", exclude_none=True)})
 
+    def forget_client_unless(self, redirect_uri: str) -> bool:
+        """Drop a stored client registration whose redirect URIs do not include ``redirect_uri`` (a sign-in from
+        another place: the terminal's loopback listener, the Jupyter server's route), with the tokens issued to
+        it, so the SDK registers again. True when one was dropped."""
+        data = self._read()
+        client = data.get("client")
+        uris = client.get("redirect_uris") if isinstance(client, dict) else None
+        if not isinstance(client, dict) or (isinstance(uris, list) and redirect_uri in uris):
+            return False
+        self._write({})
+        return True
+
     def forget(self) -> bool:
         """Sign out: delete the server's tokens and client registration."""
         try:

@@ -76,6 +76,9 @@ class _Server:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     listed_at: float = 0.0
     """``time.monotonic()`` of the last successful ``tools/list``."""
+    token_mtime: float = 0.0
+    """The OAuth token file's mtime when the server was last connected (``_retry_signed_in``)."""
+    retry: asyncio.Task[bool] | None = None
     has_resources: bool | None = None
     """The server announced ``resources`` and listed at least one (checked once per connection): relay then
     offers ``<server>__list_resources`` / ``<server>__read_resource``."""
@@ -125,6 +128,13 @@ class McpRegistry:
     async def start(self) -> None:
         """Connect every enabled server concurrently and list its tools. Failures are recorded, not raised."""
         self._started = True
+        if self._servers:
+            # jsonschema (checking every listed schema) is imported on first use and takes seconds on a loaded
+            # machine: import it in a worker thread, so the broker's loop (the daemon's RPC) is not stalled
+            # when the first server lists its tools — at start, or later after a sign-in
+            from .discovery import _jsonschema
+
+            await asyncio.to_thread(_jsonschema)
         await asyncio.gather(*(self._connect(server) for server in self._servers.values()))
 
     async def stop(self) -> None:
@@ -142,6 +152,7 @@ class McpRegistry:
         async with server.lock:
             if server.connection.connected and not server.connection.tools_changed and not relist:
                 return True
+            server.token_mtime = self._token_mtime(server)
             for attempt in (1, 2):
                 was_connected = server.connection.connected
                 try:
@@ -186,6 +197,38 @@ class McpRegistry:
             cfg = server.config
             if isinstance(cfg, HttpServerConfig) and not any(k.lower() == "authorization" for k in cfg.headers):
                 server.connection.http_auth = sign_in.provider_for
+                server.connection.sign_in_hint = getattr(sign_in, "how_to", "").format(name=cfg.name) or None
+
+    def _token_mtime(self, server: _Server) -> float:
+        sign_in = getattr(self, "sign_in", None)
+        cfg = server.config
+        if sign_in is None or server.connection.http_auth is None or not isinstance(cfg, HttpServerConfig):
+            return 0.0
+        try:
+            return sign_in.store(cfg.name, cfg.url).path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def _retry_signed_in(self) -> None:
+        """A server that failed for want of a sign-in is connected again (in the background) once its token
+        file changed: a sign-in made by another process (``jupyter relay mcp-signin`` next to the daemon).
+        A stat per OAuth server per listing; the tools appear from the next listing on."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        for server in self._servers.values():
+            if server.error is None or server.connection.connected or server.retry is not None:
+                continue
+            mtime = self._token_mtime(server)
+            if mtime and mtime != server.token_mtime:
+                server.token_mtime = mtime
+
+                def done(_task: Any, server: _Server = server) -> None:
+                    server.retry = None
+
+                server.retry = loop.create_task(self._connect(server))
+                server.retry.add_done_callback(done)
 
     async def start_sign_in(self, name: str, *, timeout: float = 600.0, url_wait: float = 30.0) -> Any:
         """Start signing in to ``name``: returns the :class:`~relay_jupyter.mcp.signin.SignInPending` once the
@@ -379,7 +422,9 @@ class McpRegistry:
     # -- ToolSource (core/tooling.py) ------------------------------------------------------
 
     def tool_specs(self, ctx: ToolContext) -> list[ToolSpec]:
-        """:meth:`specs` (MCP tools are the user's, offered to every caller the grant allows)."""
+        """:meth:`specs` (MCP tools are the user's, offered to every caller the grant allows); a server signed
+        in to since it failed is connected again in the background."""
+        self._retry_signed_in()
         return self.specs()
 
     async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:

@@ -64,9 +64,15 @@ class SignInPending:
 class BrokerSignIn:
     """The SDK's redirect/callback handlers for every HTTP MCP server of one broker (see the module doc)."""
 
-    def __init__(self, directory: Path, redirect_uri: str) -> None:
+    def __init__(self, directory: Path, redirect_uri: str, *, interactive: bool = True,
+                 how_to: str = "sign in from a notebook with relay.sign_in({name!r})") -> None:
         self.directory = Path(directory)
         self.redirect_uri = redirect_uri
+        self.interactive = interactive
+        """False on the standalone daemon: it has no redirect route, so it only uses tokens stored by a sign-in
+        made elsewhere (``jupyter relay mcp-signin SERVER`` at a terminal); ``mcp.sign_in`` is refused there."""
+        self.how_to = how_to
+        """The one-line instruction a "needs sign-in" message ends with (``{name}`` is the server's name)."""
         self._active: dict[str, SignInPending] = {}
         self._by_state: dict[str, SignInPending] = {}
         self._by_id: dict[str, SignInPending] = {}
@@ -98,8 +104,13 @@ class BrokerSignIn:
         return await pending.code
 
     def provider_for(self, config: Any) -> Any:
-        """``McpConnection.http_auth``: the SDK's provider for this server, tokens in its 0600 file."""
-        return oauth_provider(config.name, config.url, self.store(config.name, config.url), self)
+        """``McpConnection.http_auth``: the SDK's provider for this server, tokens in its 0600 file. Where no
+        sign-in can happen here (the daemon) and none was stored, no provider at all: the server's 401 is "needs
+        sign-in" at once, with no client registered at the authorization server and nothing written."""
+        store = self.store(config.name, config.url)
+        if not self.interactive and "tokens" not in store._read():
+            return None
+        return oauth_provider(config.name, config.url, store, self)
 
     def store(self, server: str, url: str) -> FileTokenStore:
         return FileTokenStore(self.directory, server, url)

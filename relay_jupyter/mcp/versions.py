@@ -7,7 +7,7 @@ version the official SDKs still speak and uses, per connection, only the feature
 ============  ==============================================================================
 2025-03-26    tools, tool annotations, ``tools/list_changed``, Streamable HTTP (MCP SDK 1.9 era)
 2025-06-18    + structured tool results, form elicitation (``elicitation/create``), resource links
-2025-11-25    + URL elicitation, icons, tasks (relay uses none of them yet)
+2025-11-25    + URL elicitation (used: a card with the link), icons, tasks (not used)
 2026-07-28    the per-request envelope (``server/discover``), ``subscriptions/listen``
 ============  ==============================================================================
 

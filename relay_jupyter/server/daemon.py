@@ -261,6 +261,10 @@ class _Daemon:
             # the same parts as inside Jupyter (workspace, runtime + backends or the demo, MCP); the
             # directory the daemon starts in is its Jupyter root (where a push lands)
             install_components(broker, jupyter_root=Path.cwd(), user_umask=user_umask)
+            # HTTP MCP servers use the OAuth tokens `jupyter relay mcp-signin` stored (docs/mcp.md, "OAuth sign-in")
+            from ..broker.mcp_signin import enable_daemon_mcp_sign_in
+
+            enable_daemon_mcp_sign_in(broker)
             # kept referenced so the task is not collected; a slow MCP server must not delay the start
             self.mcp_start = asyncio.ensure_future(start_components(broker))
             app = make_app(broker, gate, activity=gate, scrub=gate.scrub)

@@ -49,9 +49,13 @@ def _result(pending) -> McpSignInResult:  # type: ignore[no-untyped-def]
             doc="Start signing in to an HTTP MCP server with OAuth: the authorization URL for the card, or "
                 "signed_in at once when the broker already holds a valid token.")
 async def mcp_sign_in(req: Request, params: McpServerParams) -> McpSignInResult:
-    if sign_in_of(req.broker) is None or req.broker.mcp is None:
+    sign_in = sign_in_of(req.broker)
+    if sign_in is None or req.broker.mcp is None:
         raise RoutingRefusal(Code.NOT_FOUND, "OAuth sign-in is available in the Jupyter server only (it needs the "
                                              "redirect route); configure a header token in mcp.json instead")
+    if not sign_in.interactive:  # the daemon: no redirect route here; the terminal command has its own
+        raise RoutingRefusal(Code.NOT_FOUND, f"this broker cannot take a sign-in redirect: sign in at a terminal "
+                                             f"with: jupyter relay mcp-signin {params.server}")
     pending = await req.broker.mcp.start_sign_in(params.server)
     req.audit("mcp.sign_in", {"server": params.server})
     return _result(pending)

@@ -1,5 +1,9 @@
 """The elicitation card: an MCP server's question during a tool call, as a form in the cell (docs/mcp.md).
 
+URL mode (``mode: "url"``): the card shows the server's message, the page's **host** and the link; relay never
+opens it — the person clicks it (a new tab, ``noopener noreferrer``) and then "I opened it" (accept), Decline or
+Cancel. Nothing typed on that page passes through relay.
+
 Built from the ``elicitation.request`` event (its ``fields`` were checked and bounded by the broker):
 a text box per string field, a number box per number, a checkbox per boolean, a dropdown per enum, a
 multi-select per multi field, with the server's defaults filled in. The card says which server asks
@@ -39,6 +43,10 @@ def elicitation_text(data: dict[str, Any], status: str = "waiting for your answe
     tool = visible(str(data.get("tool") or "?"), newlines=False)
     lines = [f"relay: the MCP server {server} asks (during {tool}; the text below is the server's, not relay's):",
              visible(short(str(data.get("message") or ""), 2000))]
+    if data.get("mode") == "url":
+        host = visible(str(data.get("url_host") or "?"), newlines=False)
+        lines.append(f"  it asks you to open a page on {host} (relay does not open it): "
+                     f"{visible(str(data.get('url') or ''), newlines=False)}")
     for field in data.get("fields") or []:
         if isinstance(field, dict):
             kind = visible(str(field.get("kind")), newlines=False)
@@ -66,13 +74,21 @@ class ElicitationCard:
         self.display_id = f"relay-elicit-{uuid.uuid4().hex}"
         self.future: asyncio.Future[tuple[str, dict[str, Any] | None]] = self.loop.create_future()
         self.inputs: dict[str, tuple[dict[str, Any], Any]] = {}
+        url_mode = data.get("mode") == "url" and isinstance(data.get("url"), str)
         rows = [
-            (f"<b>Question from the MCP server <code>{esc(data.get('server'), newlines=False)}</code></b> "
-             f"— during <code>{esc(data.get('tool'), newlines=False)}</code>"),
-            "<div><i>The text and the form below come from that server, not from relay. Answer only what "
-            "you would tell it; relay never fills this in for you.</i></div>",
+            (f"<b>{'🔗 The MCP server' if url_mode else 'Question from the MCP server'} "
+             f"<code>{esc(data.get('server'), newlines=False)}</code>{' asks you to open a page' if url_mode else ''}"
+             f"</b> — during <code>{esc(data.get('tool'), newlines=False)}</code>"),
+            ("<div><i>The text and the link below come from that server, not from relay. relay does not open it: "
+             "open it only if you expect this page; what you do there goes to that site, not through relay.</i></div>"
+             if url_mode else
+             "<div><i>The text and the form below come from that server, not from relay. Answer only what "
+             "you would tell it; relay never fills this in for you.</i></div>"),
             f"<div style='white-space:pre-wrap;margin:4px 0'>{esc(short(str(data.get('message') or ''), 2000))}</div>",
         ]
+        if url_mode:
+            rows.append(f"<div>A page on <b>{esc(data.get('url_host') or '?', newlines=False)}</b>: "
+                        f"<a href=\"{esc(data['url'])}\">{esc(short(data['url'], 200), newlines=False)}</a></div>")
         children: list[Any] = [html_widget("".join(rows))]
         style = {"description_width": "initial"}
         for field in data.get("fields") or []:
@@ -107,8 +123,8 @@ class ElicitationCard:
                 children.append(html_widget(f"<div style='margin-left:1em;color:#57606a'>"
                                             f"{esc(short(str(field['description']), 500))}</div>"))
         self.buttons = []
-        for label, action, look in (("Submit", "accept", "success"), ("Decline", "decline", "danger"),
-                                    ("Cancel", "cancel", "")):
+        for label, action, look in (("I opened it" if url_mode else "Submit", "accept", "success"),
+                                    ("Decline", "decline", "danger"), ("Cancel", "cancel", "")):
             button = w.Button(description=label, button_style=look, layout=w.Layout(width="auto"))
             button.on_click(lambda _b, a=action: self._answer(a))
             self.buttons.append(button)
