@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from ..core.errors import Code, ConfigRefusal
 from ..core.teams import Teams, default_user, user_of_origin
 
-__all__ = ["audit_rows", "parse_since", "register"]
+__all__ = ["audit_rows", "hub_group_members_of", "parse_since", "register"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -102,7 +103,7 @@ def audit_rows(config: Any, *, members: set[str] | None, since: float | None = N
     return rows[-limit:] if limit > 0 else []
 
 
-def _hub_group_members(team: str, config: Any) -> set[str]:
+def hub_group_members_of(team: str, config: Any) -> set[str]:
     """The hub group's members: live with a hub token in the environment, else the hub service's copy."""
     from ..server.hub_service import HubGroupsUnavailable, hub_group_members
     from ..storage.paths import data_dir as default_data_dir
@@ -111,7 +112,11 @@ def _hub_group_members(team: str, config: Any) -> set[str]:
     try:
         return set(hub_group_members(team, root))
     except HubGroupsUnavailable as exc:
-        raise ConfigRefusal(Code.CONFIG_INVALID, f"cannot read hub group {team[:64]!r}: {exc.reason}") from None
+        # e.g. a user's server token in her terminal (deployment 2 on a hub) may not read groups: say so in one
+        # line and use what the hub service copied, if anything (never the token)
+        print(f"jupyter relay: cannot read hub group {team[:64]!r} ({exc.reason}); using the hub service's copy, "
+              "if any, and the configured members", file=sys.stderr)
+        return set(hub_group_members(team, root, environ={}))
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -130,7 +135,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                                                      "(or give its --members)")
         members = set(team.members if team is not None else ()) | extra
         if team is not None:  # on a hub the team is also the hub group of its name (docs/multi-user.md)
-            members |= _hub_group_members(args.team, config)
+            members |= hub_group_members_of(args.team, config)
     elif args.user:
         members = {args.user}
     rows = audit_rows(config, members=members, since=since, limit=args.n)

@@ -248,6 +248,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         rows = team_rows(store, teams)
     finally:
         store.close()
+    from .audit import hub_group_members_of
+
+    for row in rows:  # on a hub a team is also the hub group of its name (docs/multi-user.md)
+        row["members"] = sorted(set(row["members"]) | hub_group_members_of(row["team"], config))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -166,10 +166,15 @@ def test_hub_groups_are_teams_alices_spend_is_gone_from_bobs_team_budget(hub, to
         rows = json.loads(out.stdout)
         users = {r["origin"].split("/", 1)[0] for r in rows}
         assert f"user:{ALICE}" in users and users <= {f"user:{ALICE}", f"user:{BOB}"}, (env, users)
-    refused = service_cli(hub, "audit", "--team", "ml", env={"JUPYTERHUB_API_URL": f"{hub.url}/hub/api",
-                                                               "JUPYTERHUB_API_TOKEN": "0" * 64})
-    assert refused.returncode == 2 and "hub group 'ml'" in refused.stderr and "0" * 64 not in refused.stderr
+    listed = service_cli(hub, "teams", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {r["team"]: r["members"] for r in json.loads(listed.stdout)}["ml"] == sorted([ALICE, BOB])
+    refused = service_cli(hub, "audit", "--team", "ml", "--json", env={"JUPYTERHUB_API_URL": f"{hub.url}/hub/api",
+                                                                         "JUPYTERHUB_API_TOKEN": "0" * 64})
+    # a token that may not read the group (a user's server token in her terminal): one line, then the service's copy
+    assert refused.returncode == 0 and "hub group 'ml'" in refused.stderr and "0" * 64 not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert any(r["origin"].startswith(f"user:{ALICE}/") for r in json.loads(refused.stdout))
 
 
 _PROBE = r"""
