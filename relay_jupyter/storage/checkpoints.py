@@ -25,8 +25,8 @@ import hashlib
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from ._db import Database
 from .errors import SchemaError, StoreError
 from .leases import lease_rows, owner_alive
 
-__all__ = ["Checkpoint", "CheckpointJournal", "SCHEMA_VERSION", "STATES"]
+__all__ = ["Checkpoint", "CheckpointJournal", "CheckpointRows", "SCHEMA_VERSION", "STATES"]
 
 SCHEMA_VERSION = 2
 STATES = ("prepared", "applied", "reverting", "reverted")
@@ -49,8 +49,138 @@ def sha256(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-class CheckpointJournal:
+class CheckpointRows:
+    """The ``CheckpointStore`` methods both journals share: this module's (SQLite) and the PostgreSQL
+    store's (``storage.postgres.PgCheckpointJournal``). Their statements are spelled by the store's
+    dialect (storage/dialect.py); a journal gives its table, its database (``query``, ``sql``,
+    ``now``), its write transaction (:meth:`_writing`) and the lease rows (:meth:`_lease_rows`)."""
+
+    _table: str
+    _database: Any
+
+    @property
+    def owner(self) -> str | None:
+        raise NotImplementedError
+
+    def _writing(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _lease_rows(self) -> list[dict[str, Any]] | None:
+        raise NotImplementedError
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._database.query(self._database.sql(sql), args)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _rows(self, where: str, args: Sequence[Any]) -> list[Checkpoint]:
+        rows = self._query(f"SELECT {_COLS} FROM {self._table} {where}", args)
+        return [Checkpoint(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6]), *r[7:]) for r in rows]
+
+    def get(self, checkpoint_id: str) -> Checkpoint | None:
+        """One checkpoint by id."""
+        rows = self._rows("WHERE id = ?", (checkpoint_id,))
+        return rows[0] if rows else None
+
+    def pre_image(self, checkpoint_id: str) -> bytes | None:
+        """The staged pre-image (None when the target did not exist before the push)."""
+        rows = self._query(f"SELECT pre_image FROM {self._table} WHERE id = ?", (checkpoint_id,))
+        return None if not rows or rows[0][0] is None else bytes(rows[0][0])
+
+    def list(self, *, origin: str | None = None, limit: int = 100) -> list[Checkpoint]:
+        """Newest first; only ``origin``'s when given."""
+        if origin is None:
+            return self._rows("ORDER BY seq DESC LIMIT ?", (limit,))
+        return self._rows("WHERE origin = ? ORDER BY seq DESC LIMIT ?", (origin, limit))
+
+    def active(self, run_id: str, target: str) -> Checkpoint | None:
+        """The run's live checkpoint for ``target`` (prepared or applied), if any."""
+        rows = self._rows("WHERE run_id = ? AND target = ? AND state IN ('prepared', 'applied') "
+                          "ORDER BY seq DESC LIMIT 1", (run_id, target))
+        return rows[0] if rows else None
+
+    def cascade(self, checkpoint_id: str) -> list[Checkpoint]:
+        """The selected checkpoint and every later one of its origin not yet reverted, newest first."""
+        sel = self.get(checkpoint_id)
+        if sel is None:
+            return []
+        return self._rows("WHERE origin = ? AND seq >= ? AND state != 'reverted' ORDER BY seq DESC",
+                          (sel.origin, sel.seq))
+
+    def unfinished(self, *, all_owners: bool = False) -> list[Checkpoint]:
+        """Entries a crash may have left between steps (prepared or reverting), oldest first: only
+        those of dead owners (a live broker may be in the middle of them), unless ``all_owners``."""
+        rows = self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
+        if all_owners or not rows:
+            return rows
+        live = self.live_owners()
+        if live is None:
+            return rows
+        owners = dict(self._query(f"SELECT id, owner FROM {self._table} WHERE state IN ('prepared', 'reverting')"))
+        return [r for r in rows if owners.get(r.id) is None or owners.get(r.id) not in live]
+
+    def owner_of(self, checkpoint_id: str) -> str | None:
+        """The lease id of the broker that made ``checkpoint_id`` (None: unknown, or before leases)."""
+        rows = self._query(f"SELECT owner FROM {self._table} WHERE id = ?", (checkpoint_id,))
+        return rows[0][0] if rows else None
+
+    def live_owners(self) -> set[str] | None:
+        """Owner ids alive now, from the store's ``owners`` table (None when the file has none)."""
+        rows = self._lease_rows()
+        if rows is None:
+            return None
+        now = self._database.now()
+        live = {r["owner_id"] for r in rows if owner_alive(r, now, me=self.owner)}
+        if self.owner is not None:
+            live.add(self.owner)
+        return live
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def prepare(self, *, origin: str, conversation: str | None, run_id: str, target: str,
+                pre_image: bytes | None, pending_sha256: str) -> Checkpoint:
+        """Stage a new checkpoint (pre-image and digest) durably, in state ``prepared``."""
+        now = time.time()
+        cid = "ckpt_" + secrets.token_hex(8)
+        with self._writing() as conn:
+            conn.execute(self._database.sql(
+                f"INSERT INTO {self._table} (id, origin, conversation, run_id, target, pre_exists, "
+                "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 'prepared', ?, ?, ?)"),
+                (cid, origin, conversation, run_id, target, pre_image is not None, sha256(pre_image),
+                 pre_image, pending_sha256, now, now, self.owner))
+        got = self.get(cid)
+        assert got is not None
+        return got
+
+    def _update(self, checkpoint_id: str, sets: str, args: tuple[Any, ...]) -> None:
+        with self._writing() as conn:
+            conn.execute(self._database.sql(f"UPDATE {self._table} SET {sets}, updated_at = ? WHERE id = ?"),
+                         (*args, time.time(), checkpoint_id))
+
+    def prepare_again(self, checkpoint_id: str, pending_sha256: str) -> None:
+        """A later push of the same run to the same target: expect a new post-image."""
+        self._update(checkpoint_id, "state = 'prepared', pending_sha256 = ?", (pending_sha256,))
+
+    def mark_applied(self, checkpoint_id: str, post_sha256: str | None, note: str = "") -> None:
+        """The push landed: ``post_sha256`` is what the live file must equal for a revert."""
+        self._update(checkpoint_id, "state = 'applied', post_sha256 = ?, pending_sha256 = NULL, note = ?",
+                     (post_sha256, note))
+
+    def mark_reverting(self, checkpoint_id: str) -> None:
+        """About to restore the pre-image."""
+        self._update(checkpoint_id, "state = 'reverting'", ())
+
+    def mark_reverted(self, checkpoint_id: str, note: str = "") -> None:
+        """The pre-image is back (or the push never landed); the body is no longer needed."""
+        self._update(checkpoint_id, "state = 'reverted', pre_image = NULL, pending_sha256 = NULL, note = ?",
+                     (note,))
+
+
+class CheckpointJournal(CheckpointRows):
     """Durable checkpoint rows (the ``CheckpointStore`` port) in a store's SQLite file."""
+
+    _table = "relay_checkpoints"
 
     def __init__(self, db_path: str | Path | None = None, *, owner: str | None = None,
                  database: Database | None = None) -> None:
@@ -111,93 +241,9 @@ class CheckpointJournal:
         if self._own:
             self._database.close()
 
-    # -- reading ---------------------------------------------------------------------------
-
-    def _rows(self, where: str, args: tuple) -> list[Checkpoint]:
+    def _lease_rows(self) -> list[dict[str, Any]] | None:
         with self._lock:
-            rows = self._db.execute(f"SELECT {_COLS} FROM relay_checkpoints {where}", args).fetchall()
-        return [Checkpoint(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), *r[7:]) for r in rows]
-
-    def get(self, checkpoint_id: str) -> Checkpoint | None:
-        """One checkpoint by id."""
-        rows = self._rows("WHERE id = ?", (checkpoint_id,))
-        return rows[0] if rows else None
-
-    def pre_image(self, checkpoint_id: str) -> bytes | None:
-        """The staged pre-image (None when the target did not exist before the push)."""
-        with self._lock:
-            row = self._db.execute("SELECT pre_image FROM relay_checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
-        return None if row is None or row[0] is None else bytes(row[0])
-
-    def list(self, *, origin: str | None = None, limit: int = 100) -> list[Checkpoint]:
-        """Newest first; only ``origin``'s when given."""
-        if origin is None:
-            return self._rows("ORDER BY seq DESC LIMIT ?", (limit,))
-        return self._rows("WHERE origin = ? ORDER BY seq DESC LIMIT ?", (origin, limit))
-
-    def active(self, run_id: str, target: str) -> Checkpoint | None:
-        """The run's live checkpoint for ``target`` (prepared or applied), if any."""
-        rows = self._rows("WHERE run_id = ? AND target = ? AND state IN ('prepared', 'applied') "
-                          "ORDER BY seq DESC LIMIT 1", (run_id, target))
-        return rows[0] if rows else None
-
-    def cascade(self, checkpoint_id: str) -> list[Checkpoint]:
-        """The selected checkpoint and every later one of its origin not yet reverted, newest first."""
-        sel = self.get(checkpoint_id)
-        if sel is None:
-            return []
-        return self._rows("WHERE origin = ? AND seq >= ? AND state != 'reverted' ORDER BY seq DESC",
-                          (sel.origin, sel.seq))
-
-    def unfinished(self, *, all_owners: bool = False) -> list[Checkpoint]:
-        """Entries a crash may have left between steps (prepared or reverting), oldest first: only
-        those of dead owners (a live broker may be in the middle of them), unless ``all_owners``."""
-        rows = self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
-        if all_owners or not rows:
-            return rows
-        live = self.live_owners()
-        if live is None:
-            return rows
-        with self._lock:
-            owners = dict(self._db.execute("SELECT id, owner FROM relay_checkpoints WHERE "
-                                           "state IN ('prepared', 'reverting')").fetchall())
-        return [r for r in rows if owners.get(r.id) is None or owners.get(r.id) not in live]
-
-    def owner_of(self, checkpoint_id: str) -> str | None:
-        """The lease id of the broker that made ``checkpoint_id`` (None: unknown, or before leases)."""
-        with self._lock:
-            row = self._db.execute("SELECT owner FROM relay_checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def live_owners(self) -> set[str] | None:
-        """Owner ids alive now, from the store's ``owners`` table (None when the file has none)."""
-        with self._lock:
-            rows = lease_rows(self._db)
-        if rows is None:
-            return None
-        now = self._database.now()
-        live = {r["owner_id"] for r in rows if owner_alive(r, now, me=self.owner)}
-        if self.owner is not None:
-            live.add(self.owner)
-        return live
-
-    # -- writing ---------------------------------------------------------------------------
-
-    def prepare(self, *, origin: str, conversation: str | None, run_id: str, target: str,
-                pre_image: bytes | None, pending_sha256: str) -> Checkpoint:
-        """Stage a new checkpoint (pre-image and digest) durably, in state ``prepared``."""
-        now = time.time()
-        cid = "ckpt_" + secrets.token_hex(8)
-        with self._writing() as conn:
-            conn.execute(
-                "INSERT INTO relay_checkpoints (id, origin, conversation, run_id, target, pre_exists, "
-                "pre_sha256, pre_image, post_sha256, pending_sha256, state, created_at, updated_at, owner) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, 'prepared', ?, ?, ?)",
-                (cid, origin, conversation, run_id, target, int(pre_image is not None), sha256(pre_image),
-                 pre_image, pending_sha256, now, now, self.owner))
-        got = self.get(cid)
-        assert got is not None
-        return got
+            return lease_rows(self._db)
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
@@ -216,26 +262,3 @@ class CheckpointJournal:
             finally:
                 if full and db._conn is not None:
                     conn.execute("PRAGMA synchronous = NORMAL")
-
-    def _update(self, checkpoint_id: str, sets: str, args: tuple) -> None:
-        with self._writing() as conn:
-            conn.execute(f"UPDATE relay_checkpoints SET {sets}, updated_at = ? WHERE id = ?",
-                         (*args, time.time(), checkpoint_id))
-
-    def prepare_again(self, checkpoint_id: str, pending_sha256: str) -> None:
-        """A later push of the same run to the same target: expect a new post-image."""
-        self._update(checkpoint_id, "state = 'prepared', pending_sha256 = ?", (pending_sha256,))
-
-    def mark_applied(self, checkpoint_id: str, post_sha256: str | None, note: str = "") -> None:
-        """The push landed: ``post_sha256`` is what the live file must equal for a revert."""
-        self._update(checkpoint_id, "state = 'applied', post_sha256 = ?, pending_sha256 = NULL, note = ?",
-                     (post_sha256, note))
-
-    def mark_reverting(self, checkpoint_id: str) -> None:
-        """About to restore the pre-image."""
-        self._update(checkpoint_id, "state = 'reverting'", ())
-
-    def mark_reverted(self, checkpoint_id: str, note: str = "") -> None:
-        """The pre-image is back (or the push never landed); the body is no longer needed."""
-        self._update(checkpoint_id, "state = 'reverted', pre_image = NULL, pending_sha256 = NULL, note = ?",
-                     (note,))

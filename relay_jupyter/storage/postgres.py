@@ -38,12 +38,11 @@ import logging
 import operator
 import os
 import re
-import secrets
 import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -52,7 +51,7 @@ from ..core.teams import TEAM_PREFIX
 from ..core.types import AuditRecord, Event
 from ..protocol.names import EventType
 from ._db import check_amount, check_text, dumps
-from .checkpoints import STATES, Checkpoint, sha256
+from .checkpoints import STATES, CheckpointRows
 from .errors import StorageUnavailable, StoreError
 from .events import _PERMISSION_TYPES, _check_event, _event, _middle, _parse
 from .dialect import POSTGRES, SqlStore
@@ -742,16 +741,15 @@ class PgAuditMirror:
         self.local.close()
 
 
-_CK_COLS = ("seq, id, origin, conversation, run_id, target, pre_exists, pre_sha256, post_sha256, "
-            "pending_sha256, state, note, created_at, updated_at")
+class PgCheckpointJournal(CheckpointRows):
+    """:class:`~relay_jupyter.storage.checkpoints.CheckpointJournal` in the PostgreSQL database: the
+    same methods (``CheckpointRows``), in the table ``checkpoints`` (pre-images are ``bytea``); each
+    write is its own committed transaction of the store."""
 
-
-class PgCheckpointJournal:
-    """:class:`~relay_jupyter.storage.checkpoints.CheckpointJournal` in the PostgreSQL database (the
-    same methods; pre-images are ``bytea``). Each write is its own committed transaction."""
+    _table = "checkpoints"
 
     def __init__(self, store: PostgresStore) -> None:
-        self.store = store
+        self.store = self._database = store
         self.db_path = store.path
 
     @property
@@ -761,86 +759,11 @@ class PgCheckpointJournal:
     def close(self) -> None:
         """The store owns the pool."""
 
-    def _rows(self, where: str, args: Sequence[Any]) -> list[Checkpoint]:
-        rows = self.store.query(f"SELECT {_CK_COLS} FROM checkpoints {where}", args)
-        return [Checkpoint(int(r[0]), r[1], r[2], r[3], r[4], r[5], bool(r[6]), *r[7:]) for r in rows]
+    def _writing(self) -> AbstractContextManager[Any]:
+        return self.store.transaction()
 
-    def get(self, checkpoint_id: str) -> Checkpoint | None:
-        rows = self._rows("WHERE id = %s", (checkpoint_id,))
-        return rows[0] if rows else None
-
-    def pre_image(self, checkpoint_id: str) -> bytes | None:
-        rows = self.store.query("SELECT pre_image FROM checkpoints WHERE id = %s", (checkpoint_id,))
-        return None if not rows or rows[0][0] is None else bytes(rows[0][0])
-
-    def list(self, *, origin: str | None = None, limit: int = 100) -> list[Checkpoint]:
-        if origin is None:
-            return self._rows("ORDER BY seq DESC LIMIT %s", (limit,))
-        return self._rows("WHERE origin = %s ORDER BY seq DESC LIMIT %s", (origin, limit))
-
-    def active(self, run_id: str, target: str) -> Checkpoint | None:
-        rows = self._rows("WHERE run_id = %s AND target = %s AND state IN ('prepared', 'applied') "
-                          "ORDER BY seq DESC LIMIT 1", (run_id, target))
-        return rows[0] if rows else None
-
-    def cascade(self, checkpoint_id: str) -> list[Checkpoint]:
-        sel = self.get(checkpoint_id)
-        if sel is None:
-            return []
-        return self._rows("WHERE origin = %s AND seq >= %s AND state != 'reverted' ORDER BY seq DESC",
-                          (sel.origin, sel.seq))
-
-    def unfinished(self, *, all_owners: bool = False) -> list[Checkpoint]:
-        rows = self._rows("WHERE state IN ('prepared', 'reverting') ORDER BY seq", ())
-        if all_owners or not rows:
-            return rows
-        live = self.live_owners()
-        owners = dict(self.store.query("SELECT id, owner FROM checkpoints WHERE state IN ('prepared', 'reverting')"))
-        return [r for r in rows if owners.get(r.id) is None or owners.get(r.id) not in live]
-
-    def owner_of(self, checkpoint_id: str) -> str | None:
-        rows = self.store.query("SELECT owner FROM checkpoints WHERE id = %s", (checkpoint_id,))
-        return rows[0][0] if rows else None
-
-    def live_owners(self) -> set[str]:
-        now = time.time()
-        live = {r["owner_id"] for r in self.store.leases() if owner_alive(r, now, me=self.owner)}
-        if self.owner is not None:
-            live.add(self.owner)
-        return live
-
-    def prepare(self, *, origin: str, conversation: str | None, run_id: str, target: str,
-                pre_image: bytes | None, pending_sha256: str) -> Checkpoint:
-        now = time.time()
-        cid = "ckpt_" + secrets.token_hex(8)
-        with self.store.transaction() as conn:
-            conn.execute(
-                "INSERT INTO checkpoints (id, origin, conversation, run_id, target, pre_exists, pre_sha256, pre_image, "
-                "post_sha256, pending_sha256, state, created_at, updated_at, owner) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, NULL, %s, 'prepared', %s, %s, %s)",
-                (cid, origin, conversation, run_id, target, pre_image is not None, sha256(pre_image), pre_image,
-                 pending_sha256, now, now, self.owner))
-        got = self.get(cid)
-        assert got is not None
-        return got
-
-    def _update(self, checkpoint_id: str, sets: str, args: tuple[Any, ...]) -> None:
-        with self.store.transaction() as conn:
-            conn.execute(f"UPDATE checkpoints SET {sets}, updated_at = %s WHERE id = %s",
-                         (*args, time.time(), checkpoint_id))
-
-    def prepare_again(self, checkpoint_id: str, pending_sha256: str) -> None:
-        self._update(checkpoint_id, "state = 'prepared', pending_sha256 = %s", (pending_sha256,))
-
-    def mark_applied(self, checkpoint_id: str, post_sha256: str | None, note: str = "") -> None:
-        self._update(checkpoint_id, "state = 'applied', post_sha256 = %s, pending_sha256 = NULL, note = %s",
-                     (post_sha256, note))
-
-    def mark_reverting(self, checkpoint_id: str) -> None:
-        self._update(checkpoint_id, "state = 'reverting'", ())
-
-    def mark_reverted(self, checkpoint_id: str, note: str = "") -> None:
-        self._update(checkpoint_id, "state = 'reverted', pre_image = NULL, pending_sha256 = NULL, note = %s", (note,))
+    def _lease_rows(self) -> list[dict[str, Any]]:
+        return self.store.leases()
 
 
 assert STATES == ("prepared", "applied", "reverting", "reverted")  # the CHECK constraint of pg_schema
