@@ -88,6 +88,17 @@ class RealServer:
             raw = resp.read()
         return json.loads(raw) if raw else None
 
+    def kernel_rpc(self, credential: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One JSON-RPC call to the broker as a kernel (``RelayKernel <credential>``): the whole response
+        (``result`` or ``error``). The tests of tests/kernel and tests/server that call the broker with a kernel's
+        credential share it."""
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}).encode()
+        req = urllib.request.Request(self.url + "relay/rpc", data=body, method="POST",
+                                     headers={"Authorization": f"RelayKernel {credential}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
     def kernel_for(self, notebook: str) -> BlockingKernelClient:
         """Start a session for ``notebook`` and return a client of its kernel (started by the server)."""
         session = self.api("POST", "api/sessions", {"path": notebook, "type": "notebook", "name": notebook,

@@ -10,7 +10,6 @@ nothing upstream.
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -27,14 +26,6 @@ DEFAULT_KEY = "sk-ant-default-key-0123456789abcdef"
 TEAM_KEY = "sk-ant-team-key-fedcba9876543210"
 MODEL = "claude-test-1"
 
-
-def _rpc(srv: RealServer, credential: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-    req = urllib.request.Request(srv.url + "relay/rpc", data=body, method="POST",
-                                 headers={"Authorization": f"RelayKernel {credential}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
 
 
 def _one_line(msgs: list[dict[str, Any]]) -> str:
@@ -56,7 +47,7 @@ def test_agent_profile_flag_runs_over_the_profiles_upstream(tmp_path) -> None:
         kc = srv.kernel_for("profiles.ipynb")
         _, msgs = execute(kc, "import os; print(os.environ['RELAY_KERNEL_CREDENTIAL'])")
         credential = text_of(msgs).split()[0]
-        assert "result" in _rpc(srv, credential, "grants.create",
+        assert "result" in srv.kernel_rpc(credential, "grants.create",
                                 {"tools": [], "models": [MODEL], "profiles": ["team"]})
         assert execute(kc, "%load_ext relay_jupyter")[0]["status"] == "ok"
 

@@ -33,14 +33,6 @@ KEY = "sk-ant-broker-key-0123456789abcdef"
 MODEL = "claude-test-1"
 
 
-def _rpc(srv: RealServer, credential: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}).encode()
-    req = urllib.request.Request(srv.url + "relay/rpc", data=body, method="POST",
-                                 headers={"Authorization": f"RelayKernel {credential}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
@@ -85,7 +77,7 @@ def test_missing_or_wrong_credential_is_an_sdk_authentication_error(served) -> N
 
 def test_sdk_clients_reach_the_upstream_through_the_gate(served) -> None:
     srv, fake, _, credential, relay_url = served
-    assert "result" in _rpc(srv, credential, "grants.create", {"tools": [], "models": [MODEL]})
+    assert "result" in srv.kernel_rpc(credential, "grants.create", {"tools": [], "models": [MODEL]})
     client = _client(relay_url, credential)
 
     fake.enqueue(Reply(text("Hello from upstream."), usage=Usage(input_tokens=11, output_tokens=5)))
@@ -114,9 +106,9 @@ def test_sdk_clients_reach_the_upstream_through_the_gate(served) -> None:
     assert counted.input_tokens > 0
     assert [m.id for m in client.models.list().data] == [MODEL]  # only the grant's models
 
-    budget = _rpc(srv, credential, "budget.get")["result"]
+    budget = srv.kernel_rpc(credential, "budget.get")["result"]
     assert budget["usage"]["tokens"] >= 11 + 5 + 7 + 6
-    audit = _rpc(srv, credential, "audit.tail", {"n": 50})["result"]["records"]
+    audit = srv.kernel_rpc(credential, "audit.tail", {"n": 50})["result"]["records"]
     proxied = [r for r in audit if r["tool"] == f"model:{MODEL}" and r["arguments"].get("purpose") == "proxy"]
     assert len([r for r in proxied if r["decision"] == "allow"]) >= 3
 
@@ -135,7 +127,7 @@ def test_the_kernel_itself_uses_the_sdk_through_relay(served) -> None:
 
 def test_model_outside_the_grant_and_hostile_bodies(served) -> None:
     srv, fake, _, credential, relay_url = served
-    _rpc(srv, credential, "grants.create", {"tools": [], "models": [MODEL]})
+    srv.kernel_rpc(credential, "grants.create", {"tools": [], "models": [MODEL]})
     client = _client(relay_url, credential)
     before = len(fake.requests)
     with pytest.raises(anthropic.PermissionDeniedError) as err:
@@ -154,7 +146,7 @@ def test_model_outside_the_grant_and_hostile_bodies(served) -> None:
 
 def test_a_spent_budget_is_a_rate_limit_error_the_sdk_does_not_retry(served) -> None:
     srv, fake, _, credential, relay_url = served
-    _rpc(srv, credential, "grants.create", {"tools": [], "models": [MODEL], "budget": {"tokens_per_day": 50}})
+    srv.kernel_rpc(credential, "grants.create", {"tools": [], "models": [MODEL], "budget": {"tokens_per_day": 50}})
     before = len(fake.requests)
     client = anthropic.Anthropic(api_key=credential, base_url=relay_url + "anthropic", max_retries=2)
     with pytest.raises(anthropic.RateLimitError) as err:
@@ -166,7 +158,7 @@ def test_a_spent_budget_is_a_rate_limit_error_the_sdk_does_not_retry(served) -> 
 
 def test_relay_anthropic_helpers_in_a_cell(served) -> None:
     srv, fake, kc, credential, relay_url = served
-    _rpc(srv, credential, "grants.create", {"tools": [], "models": [MODEL]})
+    srv.kernel_rpc(credential, "grants.create", {"tools": [], "models": [MODEL]})
     fake.enqueue(Reply(text("sync helper")), Reply(text("async helper")))
     reply, msgs = execute(kc, "%load_ext relay_jupyter\nimport os\n"
                               f"print(relay.anthropic().messages.create(model={MODEL!r}, max_tokens=16,"

@@ -27,14 +27,6 @@ MODEL = "claude-test-1"
 SECRET = "PROMPT-TEXT-only-for-the-model-91ac"
 
 
-def _rpc(srv: RealServer, credential: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}).encode()
-    req = urllib.request.Request(srv.url + "relay/rpc", data=body, method="POST",
-                                 headers={"Authorization": f"RelayKernel {credential}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
@@ -99,13 +91,13 @@ def test_sdk_and_agent_requests_reach_relay_telemetry_and_spend(served) -> None:
     assert lines[-1] == "['agent', 'proxy']", lines
 
     # the same rows over the RPC, with this kernel's credential only
-    rows = _rpc(srv, credential, "telemetry.query", {"limit": 2})["result"]["rows"]
+    rows = srv.kernel_rpc(credential, "telemetry.query", {"limit": 2})["result"]["rows"]
     assert [r["source"] for r in rows] == ["proxy", "agent"] and SECRET not in json.dumps(rows)
-    refused = _rpc(srv, credential, "telemetry.query", {"origin": "notebook:other.ipynb"})
+    refused = srv.kernel_rpc(credential, "telemetry.query", {"origin": "notebook:other.ipynb"})
     assert refused["error"]["data"]["code"] == "UNAUTHORIZED"
     other = srv.kernel_for("other.ipynb")
     _, msgs = execute(other, "import os; print(os.environ['RELAY_KERNEL_CREDENTIAL'])")
-    assert _rpc(srv, text_of(msgs).split()[-1], "telemetry.query")["result"]["rows"] == []
+    assert srv.kernel_rpc(text_of(msgs).split()[-1], "telemetry.query")["result"]["rows"] == []
 
     # /metrics: the histograms
     req = urllib.request.Request(srv.url + "relay/metrics", headers={"Authorization": f"token {TOKEN}"})

@@ -34,14 +34,6 @@ KEY = "sk-openai-broker-key-fedcba9876543210"
 MODEL = "gpt-fake-1"
 
 
-def _rpc(srv: RealServer, credential: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}).encode()
-    req = urllib.request.Request(srv.url + "relay/rpc", data=body, method="POST",
-                                 headers={"Authorization": f"RelayKernel {credential}",
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
@@ -79,7 +71,7 @@ def test_the_kernels_credential_reaches_the_upstream_through_the_gate(served) ->
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert denied.value.body["code"] == "UNAUTHORIZED" and "notebook:oai.ipynb" in denied.value.body["message"]
 
-    assert "result" in _rpc(srv, credential, "grants.create", {"tools": [], "models": [MODEL]})
+    assert "result" in srv.kernel_rpc(credential, "grants.create", {"tools": [], "models": [MODEL]})
     fake.enqueue(Reply(text("Hello from upstream."), usage=Usage(input_tokens=9, output_tokens=4)),
                  Reply(text("streamed to the test")))
     answer = client.chat.completions.create(model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "hi"}])
@@ -97,10 +89,10 @@ def test_the_kernels_credential_reaches_the_upstream_through_the_gate(served) ->
     out = text_of(msgs)
     assert "from a cell" in out and KEY not in out, out
 
-    audit = _rpc(srv, credential, "audit.tail", {"n": 50})["result"]["records"]
+    audit = srv.kernel_rpc(credential, "audit.tail", {"n": 50})["result"]["records"]
     proxied = [r for r in audit if r["tool"] == f"model:{MODEL}" and r["origin"] == "notebook:oai.ipynb"]
     assert [r["decision"] for r in proxied].count("allow") == 3
     assert [r["decision"] for r in proxied].count("settled") == 3
     assert all(r["arguments"].get("purpose") == "proxy" for r in proxied if r["decision"] == "allow")
-    budget = _rpc(srv, credential, "budget.get")["result"]
+    budget = srv.kernel_rpc(credential, "budget.get")["result"]
     assert budget["usage"]["tokens"] >= 9 + 4 and budget["usage"]["reserved_tokens"] == 0
