@@ -157,7 +157,7 @@ def convert_tools(server: str, source: str, tools: list[types.Tool]) -> tuple[li
         if len(found) >= MAX_TOOLS_PER_SERVER:
             problems.append(f"more than {MAX_TOOLS_PER_SERVER} tools; the rest are ignored")
             break
-        if not _FULL_NAME.match(full):
+        if not _FULL_NAME.fullmatch(full):  # not match: its "$" also matches before a final "\n"
             problems.append(f"tool {remote[:80]!r} skipped: the name {full[:100]!r} is not 1-64 of [A-Za-z0-9_-]")
             continue
         if full in seen:

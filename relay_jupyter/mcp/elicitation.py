@@ -211,7 +211,7 @@ def _options(prop: dict[str, Any]) -> tuple[tuple[str, str], ...] | None:
 
 
 def _field(name: str, prop: Any, required: bool) -> FormField:
-    if not isinstance(name, str) or not _FIELD_NAME.match(name):
+    if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):  # "$" of match passes a final "\n"
         raise Refused(f"a field name is not 1-64 of [A-Za-z0-9_.-]: {_cut(name, 40)!r}")
     if not isinstance(prop, dict):
         raise Refused(f"field {name!r} is not a schema object")
