@@ -28,7 +28,13 @@ with PostgreSQL's concurrency instead of SQLite's one writer:
 
 The psycopg API used is the synchronous one with a small ``psycopg_pool.ConnectionPool``: the
 ``Store`` protocol is synchronous, and every statement here is short (an indexed read or write on
-a local network), as SQLite's are.
+a local network), as SQLite's are. A call made on the broker's event loop blocks it for its
+duration, up to ``statement_timeout`` when a row lock is held elsewhere (measured, and what is
+left to fix: docs/storage.md, "Sync psycopg on the event loop").
+
+The statements both stores run are written once (storage/dialect.py and the mixins this class
+inherits); what is here is PostgreSQL's own: ``hold``, the team schema, messages by ``COPY``,
+events and their counter, the audit copy, the checkpoint table.
 """
 
 from __future__ import annotations
