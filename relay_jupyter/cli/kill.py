@@ -9,10 +9,10 @@ pending permission request is denied.
   server's token, which makes the call the server's own user, as the side panel's is. A server without the
   relay extension (HTTP 404) is skipped. The token is read from the server's private info file and sent only
   to that server's loopback address, never through an environment proxy.
-- **Standalone daemons** (``jupyter relay status``'s state files): a daemon client acts on its own origin
-  only (``kill {all: true}`` is for a browser session), so for each origin with a run still running (read
-  from the daemon's database, read-only) the command connects under that origin's client name (a daemon's
-  client name is a label on the same user's socket, not a boundary: docs/daemon.md) and calls ``kill {}``.
+- **Standalone daemons** (``jupyter relay status``'s state files): the command is the daemon's terminal
+  client (``X-Relay-Client: terminal``, which may stop every run of its daemon: ``Caller.stops_all``) and
+  calls ``kill {all: true}`` (or ``{origin}``). It cannot act as a notebook: a kernel's origin is bound to
+  the daemon credential the kernel holds (docs/daemon.md), and stopping needs none.
 
 One line per broker; exit 1 when no broker was found, 2 when one could not be stopped.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import sqlite3
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -32,7 +31,7 @@ from urllib.parse import urlsplit
 from ..core.netaddr import is_loopback_host
 from ..protocol.local import UnixHTTPConnection
 from ..server.daemon import read_states
-from ..server.daemon_auth import read_token, token_path
+from ..server.daemon_auth import TERMINAL_CLIENT, read_token, token_path
 
 __all__ = ["register"]
 
@@ -100,22 +99,9 @@ def _kill_server(info: dict[str, Any], origin: str | None) -> dict[str, Any]:
     return out
 
 
-def _running_origins(data_dir: Path) -> list[str]:
-    """Origins with a run still running in a daemon's database (read-only: the daemon owns it)."""
-    db = data_dir / "relay.db"
-    if not db.exists():
-        return []
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=_TIMEOUT)
-    try:
-        rows = conn.execute("SELECT DISTINCT origin FROM runs WHERE finished_at IS NULL").fetchall()
-    finally:
-        conn.close()
-    return sorted(str(r[0]) for r in rows)
-
-
-def _daemon_kill(state: dict[str, Any], client: str) -> dict[str, Any]:
+def _daemon_kill(state: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     parts = urlsplit(state["listen"])
-    headers = {"Content-Type": "application/json", "X-Relay-Client": client}
+    headers = {"Content-Type": "application/json", "X-Relay-Client": TERMINAL_CLIENT}
     conn: http.client.HTTPConnection
     if parts.scheme == "unix":
         conn = UnixHTTPConnection(parts.path, _TIMEOUT)
@@ -125,7 +111,7 @@ def _daemon_kill(state: dict[str, Any], client: str) -> dict[str, Any]:
         if token:
             headers["Authorization"] = "Bearer " + token.decode("ascii")
     try:
-        conn.request("POST", "/relay/rpc", _rpc_body({}), headers)
+        conn.request("POST", "/relay/rpc", _rpc_body(params), headers)
         return _result(conn.getresponse().read(1 << 20))
     finally:
         conn.close()
@@ -135,16 +121,8 @@ def _kill_daemon(state: dict[str, Any], origin: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"broker": f"daemon {state['listen']} (pid {state['pid']})", "error": None,
                            "cancelled_runs": 0, "denied_requests": 0}
     try:
-        origins = _running_origins(Path(state["data_dir"]))
-        if origin is not None:
-            origins = [o for o in origins if o == origin]
-        for each in origins:
-            if not each.startswith("daemon:"):
-                continue
-            done = _daemon_kill(state, each.removeprefix("daemon:"))
-            out["cancelled_runs"] += done["cancelled_runs"]
-            out["denied_requests"] += done["denied_requests"]
-    except (OSError, ValueError, sqlite3.Error, http.client.HTTPException) as exc:
+        out.update(_daemon_kill(state, {"origin": origin} if origin else {"all": True}))
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         out["error"] = str(exc) or type(exc).__name__
     return out
 

@@ -11,7 +11,8 @@ __all__ = ["CallerKind", "Caller"]
 
 class CallerKind(StrEnum):
     KERNEL = "kernel"
-    """A kernel started by this Jupyter server, identified by its own per-kernel credential."""
+    """A kernel started by this Jupyter server, identified by its own per-kernel credential (or a kernel that
+    registered with the standalone daemon: the origin the daemon bound to the credential it issued)."""
     BROWSER = "browser"
     """An authenticated Jupyter browser session (the side panel); may act for origins its user owns."""
     DAEMON = "daemon"
@@ -28,3 +29,6 @@ class Caller(BaseModel):
     """Stable id of this connection/client; permission requests are routed to it (originator)."""
     user: str | None = None
     """Jupyter user name, for browser sessions."""
+    stops_all: bool = False
+    """May stop every run of its broker, or one named origin's (``kill``): the daemon's terminal client
+    (``jupyter relay kill``). Stopping never widens anything; every client of one daemon is its one user."""

@@ -46,9 +46,13 @@ class Endpoint:
     """The ``Authorization`` header value (``RelayKernel <cred>`` or ``Bearer <token>``)."""
     client_name: str = "kernel"
     """Sent as ``X-Relay-Client`` so the broker can name this client in audits."""
+    kernel_credential: str | None = None
+    """The standalone daemon's credential for this kernel (``X-Relay-Kernel``; the daemon bound this kernel's
+    origin to it: ``kernel/discovery.py register``). None inside Jupyter (``auth`` is the kernel's credential)."""
 
     def __repr__(self) -> str:  # never show the credential
-        return f"Endpoint(url={self.url!r}, auth={'<set>' if self.auth else None})"
+        return (f"Endpoint(url={self.url!r}, auth={'<set>' if self.auth else None}"
+                f"{', kernel_credential=<set>' if self.kernel_credential else ''})")
 
     @property
     def display(self) -> str:
@@ -143,12 +147,15 @@ class RelayClient:
         return reader, writer, prefix, host
 
     async def _request(self, verb: str, path: str, body: bytes | None = None,
-                       accept: str = "application/json") -> _Response:
+                       accept: str = "application/json", headers: dict[str, str] | None = None) -> _Response:
         reader, writer, prefix, host = await self._open()
         lines = [f"{verb} {prefix}{path} HTTP/1.1", f"Host: {host}", f"Accept: {accept}",
                  f"X-Relay-Client: {self.endpoint.client_name}", "Connection: close"]
         if self.endpoint.auth:
             lines.append(f"Authorization: {self.endpoint.auth}")
+        if self.endpoint.kernel_credential:
+            lines.append(f"X-Relay-Kernel: {self.endpoint.kernel_credential}")
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         if body is not None:
             lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))

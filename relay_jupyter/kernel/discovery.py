@@ -6,7 +6,9 @@ In order:
    server; authenticate as ``Authorization: RelayKernel <cred>``.
 2. ``RELAY_URL`` alone: a standalone daemon. ``unix://`` needs no header (the daemon checks the
    peer's uid); ``http://`` sends ``Authorization: Bearer <token>`` with the token from
-   ``RELAY_TOKEN`` or the 0600 file ``<jupyter data dir>/relay/daemon_token``.
+   ``RELAY_TOKEN`` or the 0600 file ``<jupyter data dir>/relay/daemon_token``. The kernel then
+   registers (``POST /relay/kernel``, :func:`register`) and sends the daemon's credential as
+   ``X-Relay-Kernel``: the daemon, not the kernel, decides which notebook's origin it is.
 3. Nothing set: the user's shared daemon on ``unix://<jupyter runtime dir>/relay/relay.sock``;
    if no daemon answers there, start one detached (``jupyter relay serve --listen unix://...
    --idle-timeout 600``) and wait for its socket while it runs (at most 60 s: on a loaded machine the
@@ -24,12 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.client_names import client_name_for
+from ..protocol import notebook_identity
 from ..protocol.local import unix_socket_answers
+from ..protocol.notebook_identity import notebook_from_argv, runner_notebook
 from .client import Endpoint
 from .errors import BrokerUnreachable
 
 __all__ = ["DAEMON_IDLE_TIMEOUT", "client_name_for", "daemon_command", "default_socket_path", "discover",
-           "notebook_from_argv", "notebook_path", "runner_notebook"]
+           "notebook_from_argv", "notebook_path", "register", "runner_notebook"]
 
 DAEMON_IDLE_TIMEOUT = 600
 
@@ -86,73 +90,13 @@ async def _start_daemon(path: Path, wait: float) -> None:
 
 #: The name of a kernel that cannot know its notebook (nbclient, papermill, terminal IPython): fresh per
 #: kernel process, so one headless notebook's grant and budget never apply to another (issue 19 item 4).
-ANONYMOUS_PREFIX = "kernel:anon-"
+ANONYMOUS_PREFIX = notebook_identity.ANONYMOUS_PREFIX
 _ANONYMOUS = ANONYMOUS_PREFIX + secrets.token_hex(6)
 
 
 def is_anonymous_client_name(name: str) -> bool:
     """True for the fresh per-kernel name of a kernel that does not know its notebook."""
     return name.startswith(ANONYMOUS_PREFIX)
-
-
-#: Headless runners whose command line names the notebook they run: the kernel's parent process
-#: (jupyter_client starts the kernel from the runner). ``papermill IN OUT``: the input; the others: their one
-#: ``.ipynb`` argument (several notebooks in one process are ambiguous: no name).
-_RUNNERS = {"papermill": "papermill", "jupyter-execute": "one", "jupyter-nbconvert": "one", "nbconvert": "one",
-            "nbclient": "one", "pytest": "one", "py.test": "one"}
-#: papermill's options that take values (``-p NAME VALUE`` two), so a value is never taken for the input path.
-_PAPERMILL_VALUED = {"-p": 2, "--parameters": 2, "-r": 2, "--parameters_raw": 2, "-f": 1, "--parameters_file": 1,
-                     "-y": 1, "--parameters_yaml": 1, "-b": 1, "--parameters_base64": 1, "-k": 1, "--kernel": 1,
-                     "-l": 1, "--language": 1, "--engine": 1, "--cwd": 1, "--start-timeout": 1,
-                     "--start_timeout": 1, "--execution-timeout": 1, "--log-level": 1, "--stdout-file": 1,
-                     "--stderr-file": 1, "--autosave-cell-every": 1}
-
-
-def notebook_from_argv(argv: list[str], cwd: str) -> str | None:
-    """The notebook a runner's command line names, as an absolute path (None: not a runner, or no one notebook).
-
-    ``argv`` is the runner's own command line (``[python,] /path/papermill in.ipynb out.ipynb``, ``python -m
-    papermill ...``, ``jupyter-execute a.ipynb``; ``jupyter execute`` execs ``jupyter-execute``), ``cwd`` its
-    working directory, against which a relative path is resolved.
-    """
-    kind = None
-    rest: list[str] = []
-    for i, arg in enumerate(argv[:3]):  # the program, or the script / -m module the interpreter runs
-        name = Path(arg).name.removesuffix(".py") if not argv[i - 1:i] == ["-m"] else arg.split(".")[0]
-        if name in _RUNNERS:
-            kind, rest = _RUNNERS[name], argv[i + 1:]
-            break
-    if kind is None:
-        return None
-    if kind == "papermill":
-        found: list[str] = []
-        skip = 0
-        for arg in rest:
-            if skip:
-                skip -= 1
-            elif arg in _PAPERMILL_VALUED:
-                skip = _PAPERMILL_VALUED[arg]
-            elif arg == "-" or not arg.startswith("-"):  # "-": the notebook on stdin
-                found.append(arg)
-        path = found[0] if found else None
-    else:
-        candidates = [a for a in rest if a.endswith(".ipynb") and not a.startswith("-")]
-        path = candidates[0] if len(candidates) == 1 else None
-    if not path or not path.endswith(".ipynb") or "://" in path:
-        return None  # stdin ("-"), a URL (s3://...), not a notebook file
-    return os.path.normpath(os.path.join(cwd, path))
-
-
-def runner_notebook(pid: int | None = None) -> str | None:
-    """The notebook the headless runner that started this kernel runs, from its command line (Linux ``/proc``)."""
-    pid = os.getppid() if pid is None else pid
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-    argv = [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0") if a]
-    return notebook_from_argv(argv, cwd)
 
 
 def notebook_path(user_ns: dict[str, Any] | None = None) -> str | None:
@@ -182,8 +126,53 @@ def notebook_client_name(user_ns: dict[str, Any] | None = None) -> str:
     return client_name_for(raw) if raw else _ANONYMOUS
 
 
-async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 60.0) -> Endpoint:
+async def register(endpoint: Endpoint, notebook: str | None, *, timeout: float = 10.0) -> Endpoint:
+    """``endpoint`` with the daemon's credential for this kernel (``POST /relay/kernel``; docs/daemon.md).
+
+    The daemon derives the origin itself and binds it to the credential; ``notebook`` (this kernel's own
+    guess, :func:`notebook_path`) is sent as ``X-Relay-Notebook`` and counts only where the daemon cannot see
+    the kernel's process (TCP). A broker without the endpoint (the hub service, an older daemon: 404) keeps
+    ``endpoint`` as it is.
+
+    Raises:
+        BrokerUnreachable / AgentError: the broker is unreachable or refused the kernel (401).
+    """
+    import json
+    from urllib.parse import quote
+
+    from .client import RelayClient, _status_error
+
+    client = RelayClient(Endpoint(endpoint.url, endpoint.auth, "kernel"), rpc_timeout=timeout)
+    headers = {"X-Relay-Notebook": quote(notebook, safe="/")} if notebook else {}
+    try:
+        async with asyncio.timeout(timeout):
+            response = await client._request("POST", "kernel", b"", headers=headers)
+            try:
+                raw = await response.body(limit=64 * 1024)
+            finally:
+                response.close()
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
+        raise BrokerUnreachable(f"the relay daemon at {endpoint.display} did not register this kernel") from None
+    if response.status == 404:
+        return endpoint
+    try:
+        answer = json.loads(raw) if response.status == 200 else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or not isinstance(answer.get("credential"), str) \
+            or not str(answer.get("origin", "")).startswith("daemon:kernel:"):
+        raise _status_error(response.status if response.status != 200 else 502, raw, "kernel registration")
+    return Endpoint(endpoint.url, endpoint.auth, str(answer["origin"]).removeprefix("daemon:"),
+                    kernel_credential=answer["credential"])
+
+
+async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 60.0,
+                   notebook: str | None = None) -> Endpoint:
     """The broker endpoint for this kernel (see the module docstring for the order).
+
+    On a standalone daemon a kernel named ``kernel:...`` (the default: :func:`notebook_client_name`) registers
+    (:func:`register`, with ``notebook`` as its claim): its origin is then the one the daemon bound to its
+    credential, not the name. Any other name (``%config AgentMagics.client_name``) is a daemon client's label.
 
     Raises:
         BrokerUnreachable: nothing configured, no daemon running and ``start_daemon`` is false or failed.
@@ -194,14 +183,19 @@ async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wa
         if credential:
             return Endpoint(url, f"RelayKernel {credential}", client_name)
         if url.startswith("unix:"):
-            return Endpoint(url, None, client_name)
-        token = _daemon_token()
-        return Endpoint(url, f"Bearer {token}" if token else None, client_name)
-    path = default_socket_path()
-    if not unix_socket_answers(path):
-        if not start_daemon:
-            raise BrokerUnreachable(
-                f"no relay broker: RELAY_URL is not set and no daemon listens on {path}; start Jupyter with the "
-                "relay extension or run `jupyter relay serve`")
-        await _start_daemon(path, wait)
-    return Endpoint(f"unix://{path}", None, client_name)
+            found = Endpoint(url, None, client_name)
+        else:
+            token = _daemon_token()
+            found = Endpoint(url, f"Bearer {token}" if token else None, client_name)
+    else:
+        path = default_socket_path()
+        if not unix_socket_answers(path):
+            if not start_daemon:
+                raise BrokerUnreachable(
+                    f"no relay broker: RELAY_URL is not set and no daemon listens on {path}; start Jupyter with "
+                    "the relay extension or run `jupyter relay serve`")
+            await _start_daemon(path, wait)
+        found = Endpoint(f"unix://{path}", None, client_name)
+    if client_name.startswith("kernel:"):
+        return await register(found, notebook)
+    return found

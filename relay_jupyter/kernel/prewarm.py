@@ -29,7 +29,6 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from .client import RelayClient
-from .discovery import discover
 
 if TYPE_CHECKING:
     from .session import Session
@@ -60,7 +59,7 @@ async def prewarm(session: Session, timeout: float = PREWARM_TIMEOUT) -> None:
     try:
         async with asyncio.timeout(timeout):
             if session.client is None:
-                endpoint = await discover(client_name=session.resolved_client_name(), start_daemon=False)
+                endpoint = await session.discover(start_daemon=False)
                 if session.client is None:  # nobody (a relay.* helper) set one while we looked
                     made = session.adopt(RelayClient(endpoint))
             # the first cell imports these; here they cost the cell nothing (no pydantic, no widgets)

@@ -31,6 +31,9 @@ def endpoint_target(endpoint: Any) -> tuple[str, str, dict[str, str], str | None
     scheme, _, value = auth.partition(" ")
     key = value.strip() if scheme in ("RelayKernel", "Bearer") and value.strip() else "unix-socket-peer"
     headers = {"X-Relay-Client": endpoint.client_name}
+    credential = getattr(endpoint, "kernel_credential", None)
+    if credential:  # a kernel registered with the daemon: its origin is bound to this credential
+        headers["X-Relay-Kernel"] = credential
     parts = urlsplit(endpoint.url)
     if parts.scheme == "unix":
         return "http://localhost/relay/anthropic", key, headers, parts.path
@@ -71,7 +74,7 @@ def claude_env(endpoint: Any, base: dict[str, str] | None = None) -> dict[str, s
     Raises:
         AgentError: the broker is reached over a Unix socket (the CLI speaks only HTTP).
     """
-    base_url, key, _, socket_path = endpoint_target(endpoint)
+    base_url, key, headers, socket_path = endpoint_target(endpoint)
     if socket_path is not None:
         raise AgentError("the claude CLI cannot reach a relay daemon on a Unix socket: run `jupyter relay serve "
                          "--listen tcp://127.0.0.1:PORT` and set RELAY_URL")
@@ -79,4 +82,6 @@ def claude_env(endpoint: Any, base: dict[str, str] | None = None) -> dict[str, s
     for name in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         env.pop(name, None)
     env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key, **_QUIET)
+    if "X-Relay-Kernel" in headers:  # the CLI's extra request headers: the daemon knows this notebook's origin
+        env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Relay-Kernel: {headers['X-Relay-Kernel']}"
     return env

@@ -16,10 +16,10 @@ from typing import Any, cast
 from ..core.errors import Code, RelayError
 from ..protocol import kernel_wire as wire
 from ..protocol.names import Method
-from .client import RelayClient
+from .client import Endpoint, RelayClient
 from .consent import ConsentPolicy, detect_surface
 from .conversations import ConversationBook
-from .discovery import discover, is_anonymous_client_name, notebook_client_name
+from .discovery import discover, is_anonymous_client_name, notebook_client_name, notebook_path
 from .errors import AgentError, RpcError, as_agent_error
 from .follower import RunFollower, Ticker
 from .prewarm import wait_prewarm
@@ -201,6 +201,16 @@ class Session:
             return notebook_client_name(getattr(self.shell, "user_ns", None))
         return self.client_name
 
+    def notebook_claim(self) -> str | None:
+        """This kernel's own guess at its notebook (:func:`~.discovery.notebook_path`), sent when it registers
+        with a daemon; the daemon trusts what it sees of the kernel's process first (docs/daemon.md)."""
+        return notebook_path(getattr(self.shell, "user_ns", None)) if self.client_name == "kernel" else None
+
+    async def discover(self, *, start_daemon: bool) -> Endpoint:
+        """The broker endpoint for this kernel (registered with a daemon: ``discovery.discover``)."""
+        return await discover(client_name=self.resolved_client_name(), start_daemon=start_daemon,
+                              notebook=self.notebook_claim())
+
     def adopt(self, client: RelayClient) -> RelayClient:
         """Use ``client`` from now on, with a fresh event pump."""
         self.client = client
@@ -217,7 +227,7 @@ class Session:
     async def get_client(self) -> RelayClient:
         """The broker client (discovered once per kernel)."""
         if self.client is None:
-            endpoint = await discover(client_name=self.resolved_client_name(), start_daemon=self.start_daemon)
+            endpoint = await self.discover(start_daemon=self.start_daemon)
             if self.client is None:
                 self.adopt(RelayClient(endpoint))
         assert self.client is not None

@@ -8,6 +8,7 @@ Files (``<data dir>`` is ``<jupyter data dir>/relay`` unless ``--data-dir``; ``<
 
 - ``<data dir>/relay.db``, ``audit-daemon.jsonl``: the broker's store as inside Jupyter, with its own audit log (a log may have several writers, docs/storage.md; a file of its own keeps the daemon's decisions apart);
 - ``<data dir>/daemon_token``: the TCP bearer token (0600), created on the first TCP start;
+- ``<data dir>/daemon_kernel_key``: the key of the kernel credentials (0600; ``daemon_auth.KernelRegistry``);
 - ``<data dir>/logs/daemon.log`` (rotated) and ``logs/auth.jsonl``: what ``jupyter relay logs`` prints;
 - ``<runtime>/daemon-<pid>.json``: the state file ``jupyter relay status|stop`` read (listen
   address, pid, start time, data dir); removed on a clean exit, ignored once its pid is gone.
@@ -44,7 +45,7 @@ from ..core.errors import Code, ConfigRefusal
 from ..storage.atomic import atomic_write_json
 from ..storage.paths import data_dir as default_data_dir
 from ..storage.paths import ensure_private_dir, runtime_dir
-from .daemon_auth import AuthLog, DaemonGate, TokenSource, ensure_token, token_path
+from .daemon_auth import KERNEL_KEY_FILE, AuthLog, DaemonGate, KernelRegistry, TokenSource, ensure_token, token_path
 from .plain import make_app, shut_down
 from .unix import PeerCheckingHTTPServer, bind_private_unix_socket
 
@@ -232,8 +233,10 @@ class _Daemon:
         if listen.kind == "tcp":
             ensure_token(token_path(root))
             tokens = TokenSource(token_path(root), log=log)
+        # kernel credentials: the daemon binds each kernel's origin to the credential it issues (issue 19 item 4)
+        kernels = KernelRegistry(root / KERNEL_KEY_FILE, log=log)
         gate = DaemonGate(listen.kind, tokens=tokens, auth_log=auth_log,
-                          unauthenticated_metrics=opts.unauthenticated_metrics)
+                          unauthenticated_metrics=opts.unauthenticated_metrics, kernels=kernels)
         state_file = _state_path()
         bound_path: Path | None = None  # only a socket file we created is ever removed
         broker: Broker | None = None
@@ -267,7 +270,7 @@ class _Daemon:
             enable_daemon_mcp_sign_in(broker)
             # kept referenced so the task is not collected; a slow MCP server must not delay the start
             self.mcp_start = asyncio.ensure_future(start_components(broker))
-            app = make_app(broker, gate, activity=gate, scrub=gate.scrub)
+            app = make_app(broker, gate, activity=gate, scrub=gate.scrub, relay_kernels=kernels)
             if listen.kind == "unix":
                 server = PeerCheckingHTTPServer(app, on_refused=lambda peer: auth_log.event(
                     "refused", "unix", peer, reason="peer_uid"))

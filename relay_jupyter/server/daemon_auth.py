@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import json
 import logging
@@ -24,33 +26,43 @@ import math
 import os
 import re
 import secrets
+import socket
 import stat
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from tornado import web
 
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, ConfigRefusal
+from ..protocol.notebook_identity import ANONYMOUS_PREFIX, client_name_for, notebook_of_process
 from ..storage.atomic import atomic_write_bytes
 from .plain import refuse
 
 __all__ = [
     "CLIENT_NAME",
     "COOLDOWN_BODY",
+    "KERNEL_HEADER",
+    "KERNEL_KEY_FILE",
+    "RESERVED_BODY",
+    "RESERVED_PREFIX",
+    "TERMINAL_CLIENT",
     "TOKEN_FILE",
     "URL_CREDENTIAL_PARAMS",
     "URL_TOKEN_BODY",
     "AuthLog",
     "DaemonGate",
     "FailureTracker",
+    "KernelRegistry",
     "TokenSource",
     "check_bearer",
     "daemon_caller",
     "ensure_token",
+    "kernel_caller",
     "read_token",
     "rotate_token",
     "token_path",
@@ -277,6 +289,103 @@ class AuthLog:
         self._handler.close()
 
 
+KERNEL_KEY_FILE = "daemon_kernel_key"
+#: The header a registered kernel sends its daemon credential in (with the bearer token on TCP).
+KERNEL_HEADER = "X-Relay-Kernel"
+#: Client names a daemon reserves for registered kernels: ``X-Relay-Client: kernel:...`` without a credential
+#: is refused, so no client becomes a notebook's origin by naming it.
+RESERVED_PREFIX = "kernel:"
+_CREDENTIAL_VERSION = "rk1"
+_MAX_CREDENTIAL = 512
+_MAX_CLAIM = 4096
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class KernelRegistry:
+    """The daemon's kernel credentials: ``POST /relay/kernel`` issues one, bound to an origin the daemon
+    derives itself (issue 19 item 4; docs/daemon.md "Each headless notebook is its own origin").
+
+    - **Origin**: on the Unix socket the daemon reads the *peer process* (``SO_PEERCRED`` pid): the
+      environment it was started with (``RELAY_NOTEBOOK``, ``JPY_SESSION_NAME``) and the command line of the
+      runner that started it (papermill, jupyter execute, nbconvert, pytest --nbval); the kernel's own claim
+      (``X-Relay-Notebook``) is ignored there. Over TCP the daemon cannot see the peer: the claim is taken (every
+      token holder is the user). No path: a fresh ``daemon:kernel:anon-<12 hex>``.
+    - **Credential**: ``rk1.<origin, base64url>.<HMAC-SHA256 of both under the daemon's kernel key>``; the key
+      is 32 random bytes in ``<data dir>/daemon_kernel_key`` (0600). Stateless, so a daemon that idled out and
+      was started again still knows a running kernel's origin; later requests cannot change the origin (it
+      is inside the MAC). Written by hand rather than with a token library: one HMAC over two fields, with
+      the standard library's ``hmac.compare_digest``.
+    """
+
+    def __init__(self, key_path: Path, *, log: logging.Logger | None = None) -> None:
+        self.key_path = Path(key_path)
+        if read_token(self.key_path) is None:
+            atomic_write_bytes(self.key_path, _new_token() + b"\n", mode=0o600)
+        key = read_token(self.key_path)
+        assert key is not None
+        self._key = key
+        self._log = log or logging.getLogger("relay_jupyter.daemon")
+
+    def _mac(self, body: str) -> str:
+        return _b64(hmac.new(self._key, body.encode("ascii"), hashlib.sha256).digest())
+
+    def issue(self, origin: str) -> str:
+        """A credential for ``origin``."""
+        body = f"{_CREDENTIAL_VERSION}.{_b64(origin.encode('utf-8', 'surrogatepass'))}"
+        return f"{body}.{self._mac(body)}"
+
+    def verify(self, credential: str) -> str | None:
+        """The origin ``credential`` was issued for, or None (malformed, tampered, another daemon's key)."""
+        if not credential or len(credential) > _MAX_CREDENTIAL or not credential.isascii():
+            return None
+        body, _, mac = credential.rpartition(".")
+        if not body.startswith(_CREDENTIAL_VERSION + ".") or not hmac.compare_digest(mac, self._mac(body)):
+            return None
+        try:
+            origin = _unb64(body[len(_CREDENTIAL_VERSION) + 1:]).decode("utf-8", "surrogatepass")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return origin if origin.startswith("daemon:" + RESERVED_PREFIX) else None
+
+    def derive(self, handler: web.RequestHandler, claim: str | None) -> tuple[str | None, str]:
+        """``(notebook path, source)`` of the kernel behind ``handler``'s connection (see the class docstring)."""
+        stream = getattr(handler.request.connection, "stream", None)
+        sock = getattr(stream, "socket", None)
+        if sock is not None and sock.family == socket.AF_UNIX:
+            from .unix import peer_credentials
+
+            try:
+                pid, _uid, _gid = peer_credentials(sock)
+            except OSError:
+                return None, "none"
+            return notebook_of_process(pid)
+        if claim:
+            return claim, "claimed"
+        return None, "none"
+
+    def register(self, handler: web.RequestHandler) -> dict[str, Any]:
+        """The answer to ``POST /relay/kernel``: ``{credential, origin, notebook, source}``."""
+        raw = handler.request.headers.get("X-Relay-Notebook", "")
+        claim = unquote(raw).strip() if raw and len(raw) <= _MAX_CLAIM else None
+        path, source = self.derive(handler, claim or None)
+        if path and "\x00" not in path:
+            origin = "daemon:" + client_name_for(path)
+        else:
+            path, source = None, "none"
+            origin = "daemon:" + ANONYMOUS_PREFIX + secrets.token_hex(6)
+        self._log.info("kernel registered as %s (notebook from the %s)", origin,
+                       {"environment": "kernel's environment", "runner": "runner's command line",
+                        "claimed": "kernel's claim (TCP)"}.get(source, "nowhere: a fresh origin"))
+        return {"credential": self.issue(origin), "origin": origin, "notebook": path, "source": source}
+
+
 CLIENT_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _OPEN_ENDPOINTS = frozenset({"healthz", "readyz", "metrics"})
 _JSON = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
@@ -289,7 +398,21 @@ def daemon_caller(name: str) -> Caller:
     permission requests from any later connection (every client of one daemon is the same user;
     the name is a label that keeps grants apart, not a security boundary).
     """
-    return Caller(kind=CallerKind.DAEMON, origin=f"daemon:{name}", client_id=f"daemon:{name}")
+    return Caller(kind=CallerKind.DAEMON, origin=f"daemon:{name}", client_id=f"daemon:{name}",
+                  stops_all=name == TERMINAL_CLIENT)
+
+
+#: The 403 of ``X-Relay-Client: kernel:...`` without a kernel credential.
+RESERVED_BODY = (b'{"message": "X-Relay-Client kernel:... names a registered kernel: a kernel gets its origin from '
+                 b'POST /relay/kernel and sends the credential as X-Relay-Kernel"}')
+#: The daemon client name of ``jupyter relay kill``: it may stop every run of the daemon.
+TERMINAL_CLIENT = "terminal"
+
+
+def kernel_caller(origin: str) -> Caller:
+    """The caller of a kernel registered with the daemon: ``kind=kernel``, origin and client id the origin the
+    daemon bound to its credential."""
+    return Caller(kind=CallerKind.KERNEL, origin=origin, client_id=origin)
 
 
 class DaemonGate:
@@ -302,7 +425,8 @@ class DaemonGate:
     """
 
     def __init__(self, transport: str, *, tokens: TokenSource | None = None, auth_log: AuthLog | None = None,
-                 tracker: FailureTracker | None = None, unauthenticated_metrics: bool = False) -> None:
+                 tracker: FailureTracker | None = None, unauthenticated_metrics: bool = False,
+                 kernels: KernelRegistry | None = None) -> None:
         if transport not in ("unix", "tcp"):
             raise ValueError("transport is 'unix' or 'tcp'")
         if transport == "tcp" and tokens is None:
@@ -312,6 +436,8 @@ class DaemonGate:
         self.auth_log = auth_log
         self.tracker = tracker or FailureTracker()
         self.unauthenticated_metrics = unauthenticated_metrics
+        self.kernels = kernels
+        """Verifies ``X-Relay-Kernel`` credentials (None: no kernel is registered; the reserved names stay refused)."""
         self.last_activity = time.monotonic()
         self.in_flight: set[Any] = set()
         self._streams: dict[Any, int] = {}
@@ -359,9 +485,21 @@ class DaemonGate:
     def __call__(self, handler: web.RequestHandler) -> Caller | None:
         if self.transport == "tcp" and not self._admit_tcp(handler):
             return None
+        credential = handler.request.headers.get(KERNEL_HEADER)
+        if credential is not None:
+            # a registered kernel: its origin is the one the daemon bound to its credential, whatever it names
+            origin = self.kernels.verify(credential.strip()) if self.kernels is not None else None
+            if origin is None:
+                self._log("refused", {"transport": self.transport}, reason="kernel_credential",
+                          path=self.scrub(handler.request.path)[:200])
+                return None
+            return kernel_caller(origin)
         name = handler.request.headers.get("X-Relay-Client", "default")
         if not CLIENT_NAME.match(name):
             refuse(handler, 400, b'{"message": "X-Relay-Client must be 1-64 of [A-Za-z0-9_.:-]"}', _JSON)
+            return None
+        if name.startswith(RESERVED_PREFIX):
+            refuse(handler, 403, RESERVED_BODY, _JSON)
             return None
         return daemon_caller(name)
 

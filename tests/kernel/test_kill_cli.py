@@ -89,8 +89,9 @@ def test_jupyter_relay_kill_with_no_broker_says_so(tmp_path: Any) -> None:
 
 
 def test_jupyter_relay_kill_stops_a_waiting_run_in_a_daemon(tmp_path: Any) -> None:
-    """A standalone daemon: its clients act on their own origin only, so the CLI stops each origin that has a run
-    (found in the daemon's database) under that origin's client name; the run waiting on its card ends."""
+    """A standalone daemon: the CLI is the daemon's terminal client, which may stop every run of its daemon
+    (a kernel's origin is bound to its own daemon credential, so the CLI cannot and need not act as it); the run
+    waiting on its card ends."""
     import os
 
     from relay_jupyter.protocol.local import UnixHTTPConnection
@@ -110,12 +111,20 @@ def test_jupyter_relay_kill_stops_a_waiting_run_in_a_daemon(tmp_path: Any) -> No
         def run() -> None:
             done["reply"], done["msgs"] = execute(kc, "%%agent\nwrite a cleaning script to a file", timeout=120)
 
+        # the notebook's pending requests, seen as that notebook: a process started with the environment a runner
+        # gives the kernel registers as the same origin (the daemon reads the process, docs/daemon.md)
+        code = ("import asyncio; from relay_jupyter.kernel.discovery import discover; "
+                "print(asyncio.run(discover(client_name='kernel:x', start_daemon=False)).kernel_credential)")
+        as_notebook = {**os.environ, "RELAY_URL": broker.url, "RELAY_NOTEBOOK": "killd.ipynb"}
+        credential = subprocess.run([sys.executable, "-c", code], env=as_notebook, capture_output=True, text=True,
+                                    timeout=60, check=True).stdout.strip()
+
         def pending() -> list[dict[str, Any]]:
-            conn = UnixHTTPConnection(str(broker.socket_path), 10)
+            conn = UnixHTTPConnection(str(broker.socket_path), 60)  # a loaded machine: the daemon may lag
             try:
                 conn.request("POST", "/relay/rpc", json.dumps({"jsonrpc": "2.0", "id": 1,
                                                                 "method": "permission.pending", "params": {}}),
-                             {"Content-Type": "application/json", "X-Relay-Client": "kernel:killd.ipynb"})
+                             {"Content-Type": "application/json", "X-Relay-Kernel": credential})
                 return json.loads(conn.getresponse().read())["result"]["requests"]
             finally:
                 conn.close()

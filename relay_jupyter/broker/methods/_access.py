@@ -12,7 +12,8 @@ The origin of a call (:class:`Scope`, one per method):
   browser session of the server's user names the origin it acts on (omitting it is ``UNAUTHORIZED``).
 - ``ANY``: as ``ONE``, but a browser that names no origin acts on (sees) every origin:
   list methods, and methods that address one object by id (``runs.get``).
-- ``ALL``: as ``ONE``, except that ``all: true`` (browser sessions only) means every origin (``kill``).
+- ``ALL``: as ``ONE``, except that ``all: true`` (browser sessions only) means every origin (``kill``); a
+  caller that ``stops_all`` (the daemon's terminal client) acts on every origin, or the one it names.
 
 The rules (docs/protocol.md "Access"):
 
@@ -104,6 +105,8 @@ class Access:
         from ..broker import target_origin
 
         requested = getattr(params, "origin", None)
+        if scope is Scope.ALL and caller.stops_all and caller.kind is not CallerKind.BROWSER:
+            return None if getattr(params, "all", False) or requested is None else str(requested)
         if scope is Scope.ALL and getattr(params, "all", False):
             if caller.kind is not CallerKind.BROWSER:
                 raise GateRefusal(Code.UNAUTHORIZED, "only a browser session of the server's user can act on "
