@@ -49,6 +49,10 @@ from .model_proxy import (
     json_text,
     refusal,
 )
+# at import, not inside a request: stdlib only, and a first import inside a request is work an answer waits on
+# (under pytest, whose assertion rewriter then parses it, it has failed with CPython 3.11.7's "AST constructor
+# recursion depth mismatch" SystemError in a running request)
+from .proxy_tools import AnthropicToolFilter
 
 __all__ = ["MAX_BODY_BYTES", "MAX_SSE_EVENT_BYTES", "AnthropicProxy", "ProxyError", "ProxyResponse",
            "anthropic_error_body"]
@@ -101,8 +105,6 @@ class _AnthropicMeter(Meter):
 
 
 def _tool_filter(policy: Any) -> Any:
-    from .proxy_tools import AnthropicToolFilter
-
     return None if policy is None else AnthropicToolFilter(policy)
 
 
@@ -206,10 +208,12 @@ class AnthropicProxy(GatedProxy):
         # the session and lineage (pure hashing; stored by _forward only once the answer completed)
         sessions = getattr(self.broker, "sessions", None)
         observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
+        # everything that can fail before the request goes out comes before the reservation: a hold taken and
+        # then left by an exception would be charged in full when it expires
+        meter = _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
+                                tool_filter=_tool_filter(self._tool_policy(origin, model)))
         reservation = self._reserve(origin, model, estimate, profile, run=run, asked_output=asked)
-        return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model,
-                                   _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
-                                                   tool_filter=_tool_filter(self._tool_policy(origin, model))),
+        return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model, meter,
                                    observed=observed, profile=profile, run=run)
 
     async def models(self, origin: str, query: Mapping[str, str], client_headers: Mapping[str, str]

@@ -169,3 +169,23 @@ async def test_a_task_of_seven_model_requests_completes_under_the_default_grant(
         assert "Read all six." in "".join(e.data.get("text", "") for e in events(broker, run_id, EventType.TEXT_DELTA))
     finally:
         await close(broker)
+
+
+async def test_a_lowered_request_that_stops_at_max_tokens_ends_the_run_once_within_the_cap(tmp_path, fake):
+    """The price of fitting: an answer may stop at its lowered ``max_tokens``. The CLI takes that as any long
+    answer; the run still ends with exactly one terminal event, and nothing it sent was over the cap."""
+    cap = 30_000
+    broker = _broker(tmp_path, fake, cap=cap)
+    try:
+        fake.enqueue(Reply("A long answer cut short", usage=REAL, stop_reason="max_tokens"),
+                     *[Reply("Continued.", usage=REAL) for _ in range(3)])
+        run_id = await _run(broker, "m1")
+        # the bundled CLI asks once more after a max_tokens stop (lowered again to what is left), then ends
+        assert await terminal(broker, run_id) == EventType.DONE, terminal_data(broker, run_id)
+        sent = _forwarded(fake, 0)
+        assert len(sent) >= 2 and sent == sorted(sent, reverse=True) and sent[0] < 32_000, sent
+        _fits_the_cap(broker, 0.0, cap)
+        shown = "".join(e.data["text"] for e in events(broker, run_id, EventType.TEXT_DELTA))
+        assert "A long answer cut short" in shown
+    finally:
+        await close(broker)
