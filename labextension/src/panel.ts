@@ -326,7 +326,7 @@ export class RelayPanel extends Widget {
       this.sessions.append(
         el(
           'div',
-          { class: 'jp-relay-grant jp-relay-session', title: visible(`${s.source}: ${s.models.join(', ')}`) },
+          { class: 'jp-relay-item jp-relay-session', title: visible(`${s.source}: ${s.models.join(', ')}`) },
           el('div', { class: 'jp-relay-card-title jp-relay-clip' },
             el('span', { class: 'jp-relay-notebook', title: visible(s.origin) }, notebookOf(s.origin)), ' · ',
             el('span', { class: 'jp-relay-session-id', title: visible(s.session) }, sessionLabel(s.session))),
@@ -464,14 +464,20 @@ export class RelayPanel extends Widget {
       this.runs.append(el('p', { class: 'jp-relay-empty' }, 'No runs yet.'));
       return;
     }
-    const table = el('table', { class: 'jp-relay-audit-table jp-relay-runs-table' });
-    table.append(
-      el('tr', {}, el('th', {}, 'started'), el('th', {}, 'notebook'), el('th', {}, 'model'), el('th', {}, 'state'),
-        el('th', {}, ''))
-    );
+    // one small card per run (a five-column table cut the Cancel button off at the panel's default width)
     for (const run of runs) {
       const model = run.meta && typeof run.meta === 'object' ? String(run.meta.model ?? '') : '';
-      const action = el('td', {});
+      const state = el('div', {},
+        el('span', { class: 'jp-relay-time' }, timeOf(run.started_at)), ' · ',
+        el('span', { class: 'jp-relay-run-state' }, String(run.state ?? '')));
+      const card = el(
+        'div',
+        { class: 'jp-relay-item jp-relay-run', 'data-run-id': String(run.run_id ?? ''), title: String(run.run_id ?? '') },
+        el('div', { class: 'jp-relay-card-title jp-relay-clip' },
+          el('span', { class: 'jp-relay-notebook', title: visible(String(run.origin ?? '')) }, notebookOf(run.origin)),
+          model ? ' · ' : '', el('span', { class: 'jp-relay-run-model' }, model)),
+        state
+      );
       if (run.state === 'running') {
         const cancel = el('button', { class: 'jp-mod-styled jp-mod-warn jp-relay-cancel' }, 'Cancel');
         cancel.onclick = async () => {
@@ -479,24 +485,13 @@ export class RelayPanel extends Widget {
           try {
             await this.client.call('runs.cancel', { run_id: run.run_id });
           } catch (err) {
-            action.append(el('div', { class: 'jp-relay-error' }, String((err as Error).message)));
+            card.append(el('div', { class: 'jp-relay-error' }, String((err as Error).message)));
           }
           await this.refresh();
         };
-        action.append(cancel);
+        state.append(' ', cancel);
       }
-      table.append(
-        el(
-          'tr',
-          { class: 'jp-relay-run', 'data-run-id': String(run.run_id ?? ''), title: String(run.run_id ?? '') },
-          el('td', { class: 'jp-relay-time' }, timeOf(run.started_at)),
-          el('td', { class: 'jp-relay-notebook', title: visible(String(run.origin ?? '')) }, notebookOf(run.origin)),
-          el('td', {}, model),
-          el('td', { class: 'jp-relay-run-state' }, String(run.state ?? '')),
-          action
-        )
-      );
+      this.runs.append(card);
     }
-    this.runs.append(table);
   }
 }
