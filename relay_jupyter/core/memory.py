@@ -41,6 +41,10 @@ __all__ = [
     "MemoryStore",
     "charge_totals",
     "check_amount",
+    "check_conversation",
+    "check_dict",
+    "check_event_items",
+    "check_finish",
     "check_text",
     "held_by_dead",
     "hold_owner",
@@ -144,6 +148,37 @@ def check_event(type: Any, data: Any, origin: Any, run_id: Any) -> None:
     check_dict("event data", data)
     check_text("event origin", origin, optional=True)
     check_text("event run_id", run_id, optional=True)
+
+
+def check_event_items(items: Sequence[Any]) -> list[Any]:
+    """The events of one append as a list, each a ``(type, data, origin, run_id)`` tuple that passes
+    :func:`check_event` (TypeError / ValueError otherwise): the checks of every store's append."""
+    items = list(items)
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 4:
+            raise TypeError("each event must be a (type, data, origin, run_id) tuple")
+        check_event(*item)
+    return items
+
+
+def check_finish(state: Any, meta: Any) -> None:
+    """The arguments of a run's end (``run_finished``, ``finish_run``): a terminal state and a dict meta."""
+    check_text("state", state)
+    if state == "running":
+        raise ValueError("a finished run needs a terminal state, not 'running'")
+    if meta is not None:
+        check_dict("meta", meta)
+
+
+def check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
+    """The arguments of a conversation write (``save_conversation``, ``append_messages``)."""
+    check_text("conv_id", conv_id)
+    check_text("origin", origin)
+    if not isinstance(name, str):
+        raise TypeError("name must be a string")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise TypeError("messages must be a list of dicts")
+    check_dict("meta", meta)
 
 
 def sse_frame(event: Event) -> bytes:
@@ -366,11 +401,7 @@ class MemoryStore:
         return self.append_events_framed(items)[0]
 
     def append_events_framed(self, items: Sequence[EventItem]) -> tuple[list[Event], list[bytes]]:
-        items = list(items)
-        for item in items:
-            if not isinstance(item, tuple | list) or len(item) != 4:
-                raise TypeError("each event must be a (type, data, origin, run_id) tuple")
-            check_event(*item)
+        items = check_event_items(items)
         if not items:
             return [], []
         with self.transaction():
@@ -474,14 +505,6 @@ class MemoryStore:
             if run_id not in self._calls:
                 self._put(self._calls, run_id, {})
 
-    @staticmethod
-    def _check_finish(state: str, meta: dict[str, Any] | None) -> None:
-        check_text("state", state)
-        if state == "running":
-            raise ValueError("a finished run needs a terminal state, not 'running'")
-        if meta is not None:
-            check_dict("meta", meta)
-
     def _end(self, run_id: str, state: str, meta: dict[str, Any] | None) -> dict[str, Any]:
         run = self._runs.get(run_id)
         if run is None:
@@ -491,13 +514,13 @@ class MemoryStore:
         return run
 
     def run_finished(self, run_id: str, state: str, meta: dict[str, Any] | None = None) -> None:
-        self._check_finish(state, meta)
+        check_finish(state, meta)
         with self.transaction():
             self._end(run_id, state, meta)
 
     def finish_run(self, run_id: str, state: str, meta: dict[str, Any] | None,
                    terminal: Sequence[EventItem]) -> tuple[list[Event], list[bytes]] | None:
-        self._check_finish(state, meta)
+        check_finish(state, meta)
         with self.transaction():
             run = self._runs.get(run_id)
             if run is None:
@@ -599,16 +622,6 @@ class MemoryStore:
 
     # -- conversations (append-only: messages before ``start`` are never rewritten) ---------------------
 
-    @staticmethod
-    def _check_conversation(conv_id: str, origin: str, name: str, messages: Any, meta: Any) -> None:
-        check_text("conv_id", conv_id)
-        check_text("origin", origin)
-        if not isinstance(name, str):
-            raise TypeError("name must be a string")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise TypeError("messages must be a list of dicts")
-        check_dict("meta", meta)
-
     def load_conversation(self, conv_id: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._conversations.get(conv_id)
@@ -625,12 +638,12 @@ class MemoryStore:
 
     def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
                           meta: dict[str, Any]) -> None:
-        self._check_conversation(conv_id, origin, name, messages, meta)
+        check_conversation(conv_id, origin, name, messages, meta)
         self._write_conversation(conv_id, origin, name, 0, messages, meta, replace=True)
 
     def append_messages(self, conv_id: str, origin: str, name: str, start: int,
                         messages: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-        self._check_conversation(conv_id, origin, name, messages, meta)
+        check_conversation(conv_id, origin, name, messages, meta)
         start = operator.index(start)
         if start < 0:
             raise ValueError("start must be >= 0")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.names import TERMINAL_EVENTS
+from ..core.memory import check_dict, check_finish
 from ._db import check_text, dumps
 from .dialect import SqlStore
 
@@ -43,11 +44,6 @@ def _call(row: tuple[Any, ...]) -> dict[str, Any]:
             "outcome_at": outcome_at}
 
 
-def _check_dict(name: str, value: Any) -> None:
-    if not isinstance(value, dict):
-        raise TypeError(f"{name} must be a dict, got {value.__class__.__name__}")
-
-
 class JournalMixin(SqlStore):
     """``RunJournal`` over the ``runs`` and ``calls`` tables (both stores)."""
 
@@ -56,7 +52,7 @@ class JournalMixin(SqlStore):
         check_text("run_id", run_id)
         check_text("origin", origin)
         check_text("conversation", conversation)
-        _check_dict("meta", meta)
+        check_dict("meta", meta)
         with self.transaction() as conn:
             # delete + insert (SQLite's INSERT OR REPLACE does the same): a replaced run goes to the end of the order
             conn.execute(self.sql("DELETE FROM runs WHERE run_id = ?"), (run_id,))
@@ -68,21 +64,31 @@ class JournalMixin(SqlStore):
 
         Raises KeyError for an unknown run, ValueError for ``state == "running"``.
         """
-        _check_finish(state, meta)
+        check_finish(state, meta)
         with self.transaction() as conn:
-            row = conn.execute(self.sql("SELECT meta FROM runs WHERE run_id = ?{for_update}"), (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"unknown run {run_id!r}")
-            merged = {**json.loads(row[0]), **(meta or {})}
-            conn.execute(self.sql("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?"),
-                         (state, self.now(), dumps(merged), run_id))
+            self._end(conn, run_id, state, meta, once=False)
+
+    def _end(self, conn: Any, run_id: str, state: str, meta: dict[str, Any] | None, *, once: bool) -> bool:
+        """Set the run's terminal ``state`` and merge ``meta`` into its metadata; with ``once``, only
+        if it is still unfinished (False: it had ended, nothing written). The run's row is read
+        ``{for_update}``: two brokers never both end it. KeyError for an unknown run."""
+        row = conn.execute(self.sql("SELECT meta, finished_at FROM runs WHERE run_id = ?{for_update}"),
+                           (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"unknown run {run_id!r}")
+        if once and row[1] is not None:
+            return False
+        merged = {**json.loads(row[0]), **(meta or {})}
+        conn.execute(self.sql("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?"),
+                     (state, self.now(), dumps(merged), run_id))
+        return True
 
     def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
         """Record that ``call_id`` is about to execute. Written, and committed, before the tool runs."""
         check_text("run_id", run_id)
         check_text("call_id", call_id)
         check_text("tool", tool)
-        _check_dict("arguments", arguments)
+        check_dict("arguments", arguments)
         with self.transaction() as conn:
             conn.execute(self.sql("DELETE FROM calls WHERE run_id = ? AND call_id = ?"), (run_id, call_id))
             conn.execute(self.sql(f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL)"),
@@ -90,7 +96,7 @@ class JournalMixin(SqlStore):
 
     def call_outcome(self, run_id: str, call_id: str, outcome: dict[str, Any]) -> None:
         """Record the outcome of a call whose intent was recorded. Raises KeyError when there is no intent."""
-        _check_dict("outcome", outcome)
+        check_dict("outcome", outcome)
         with self.transaction() as conn:
             cur = conn.execute(self.sql("UPDATE calls SET outcome = ?, outcome_at = ? WHERE run_id = ? AND call_id = ?"),
                                (dumps(outcome), self.now(), run_id, call_id))
@@ -139,18 +145,10 @@ class JournalMixin(SqlStore):
 
         Raises KeyError for an unknown run, StorageUnavailable when the store cannot be written.
         """
-        _check_finish(state, meta)
+        check_finish(state, meta)
         with self.transaction() as conn:
-            # the run's row read {for_update}: two brokers never both end it
-            row = conn.execute(self.sql("SELECT meta, finished_at FROM runs WHERE run_id = ?{for_update}"),
-                               (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(f"unknown run {run_id!r}")
-            if row[1] is not None:
+            if not self._end(conn, run_id, state, meta, once=True):
                 return None
-            merged = {**json.loads(row[0]), **(meta or {})}
-            conn.execute(self.sql("UPDATE runs SET state = ?, finished_at = ?, meta = ? WHERE run_id = ?"),
-                         (state, self.now(), dumps(merged), run_id))
             return self.append_events_framed(terminal)
 
     def terminal_event(self, run_id: str) -> Any:
@@ -199,12 +197,3 @@ class JournalMixin(SqlStore):
             self.sql.executemany(conn, self.sql("UPDATE runs SET state = ?, finished_at = ? WHERE run_id = ?"),
                                  [(INTERRUPTED, now, run_id) for run_id in ids])
         return ids
-
-
-def _check_finish(state: str, meta: dict[str, Any] | None) -> None:
-    """The arguments of a run's end (``run_finished``, ``finish_run``): a terminal state and a JSON-safe meta."""
-    check_text("state", state)
-    if state == RUNNING:
-        raise ValueError("a finished run needs a terminal state, not 'running'")
-    if meta is not None:
-        _check_dict("meta", meta)

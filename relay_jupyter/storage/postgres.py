@@ -52,14 +52,14 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from ..core.memory import new_hold_id
+from ..core.memory import check_event_items, new_hold_id
 from ..core.teams import TEAM_PREFIX
 from ..core.types import AuditRecord, Event
 from ..protocol.names import EventType
 from ._db import check_amount, check_text, dumps
 from .checkpoints import STATES, CheckpointRows
 from .errors import StorageUnavailable, StoreError
-from .events import _PERMISSION_TYPES, _check_event, _event, _middle, _parse
+from .events import _PERMISSION_TYPES, _event, _middle, _parse
 from .dialect import POSTGRES, SqlStore
 from .journal import JournalMixin
 from .leases import DEFAULT_LEASE_TTL, LEASE_COLUMNS, LeasesMixin, owner_alive
@@ -555,11 +555,7 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
 
     def _append(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
                 ) -> tuple[list[Event], list[bytes]]:
-        items = list(items)
-        for item in items:
-            if not isinstance(item, tuple | list) or len(item) != 4:
-                raise TypeError("each event must be a (type, data, origin, run_id) tuple")
-            _check_event(*item)
+        items = check_event_items(items)
         if not items:
             return [], []
         ts = float(self.now())

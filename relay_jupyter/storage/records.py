@@ -7,7 +7,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from ..core.memory import charge_totals, check_tool_key, held_by_dead, settle_charge
+from ..core.memory import charge_totals, check_conversation, check_tool_key, held_by_dead, settle_charge
 from ..core.types import Grant, ToolClass
 from ._db import check_amount, check_text
 from .dialect import SqlStore
@@ -162,7 +162,7 @@ class ConversationsMixin(SqlStore):
     def save_conversation(self, conv_id: str, origin: str, name: str, messages: list[dict[str, Any]],
                           meta: dict[str, Any]) -> None:
         """Insert or replace the whole conversation (fork, migration); ``created_at`` is kept."""
-        _check_conversation(conv_id, origin, name, messages, meta)
+        check_conversation(conv_id, origin, name, messages, meta)
         self._write_messages(conv_id, origin, name, 0, messages, meta, replace=True)
 
     def append_messages(self, conv_id: str, origin: str, name: str, start: int,
@@ -170,7 +170,7 @@ class ConversationsMixin(SqlStore):
         """Store ``messages`` as messages ``start, start + 1, …`` (those from ``start`` on are
         replaced, earlier ones kept); one transaction. ValueError when ``start`` is beyond the
         stored count."""
-        _check_conversation(conv_id, origin, name, messages, meta)
+        check_conversation(conv_id, origin, name, messages, meta)
         start = operator.index(start)
         if start < 0:
             raise ValueError("start must be >= 0")
@@ -213,17 +213,6 @@ class ConversationsMixin(SqlStore):
         with self.transaction() as conn:
             conn.execute(self.sql("DELETE FROM conversation_messages WHERE conv_id = ?"), (conv_id,))
             return conn.execute(self.sql("DELETE FROM conversations WHERE conv_id = ?"), (conv_id,)).rowcount > 0
-
-
-def _check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
-    check_text("conv_id", conv_id)
-    check_text("origin", origin)
-    if not isinstance(name, str):
-        raise TypeError("name must be a string")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise TypeError("messages must be a list of dicts")
-    if not isinstance(meta, dict):
-        raise TypeError("meta must be a dict")
 
 
 class TrustMixin(SqlStore):
