@@ -7,7 +7,7 @@ same tool, ``tools/call`` with a ``jupyter relay mcp-token``; a gateway session 
 gate the tool answers INVALID_ARGUMENTS — it drew from the bucket all the same) and the Anthropic-compatible endpoint (official
 SDK, the fake Anthropic server upstream). Held: together they pass at most the bucket's five plus what it refilled
 while the attack lasted; every other call is refused ``BUDGET_EXCEEDED`` on its own wire, and a refused model
-request reaches no upstream.
+request reaches no upstream. On the way, the gateway refuses every foreign ``Origin`` dressed up as loopback.
 """
 
 from __future__ import annotations
@@ -68,7 +68,15 @@ def test_one_rate_limit_holds_across_the_rpc_the_gateway_and_the_model_endpoint(
             # warm up (the daemon's first tools.call takes seconds) with another origin: agent's bucket stays full
             assert "result" in _rpc(daemon, "tools.call", {"conversation": "w", "tool": "scratch_list"}, "warm")
             # the gateway answers before the race (no rate drawn by tools/list or initialize)
-            assert gateway.post(base + "/mcp", json={**call, "method": "tools/list", "params": {}}).status_code == 200
+            listing = {**call, "method": "tools/list", "params": {}}
+            assert gateway.post(base + "/mcp", json=listing).status_code == 200
+            # and refuses a page elsewhere however its Origin dresses up as loopback (DNS rebinding), token or not
+            for origin in ("http://localhost.evil.example", "http://127.0.0.1@evil.example", "http://127.0.0.1.nip.io",
+                           "null", "file://", "http://127.1", "http://0x7f000001", "http://2130706433",
+                           "https://evil.example:443#http://127.0.0.1"):
+                assert gateway.post(base + "/mcp", json=listing, headers={"Origin": origin}).status_code == 403, origin
+            for origin in ("http://127.0.0.1:8888", "http://LOCALHOST", "http://[::1]:9"):
+                assert gateway.post(base + "/mcp", json=listing, headers={"Origin": origin}).status_code == 200, origin
             outcomes: list[tuple[str, str]] = []
             lock = threading.Lock()
             go = threading.Event()
