@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from typing import TYPE_CHECKING
 
 from .client import RelayClient
@@ -47,7 +48,19 @@ def schedule_prewarm(session: Session) -> asyncio.Task[None] | None:
         return None
     task = loop.create_task(prewarm(session), name="relay-prewarm")
     session.prewarm_task = task
+    # the answer renderer's first use imports and builds markdown-it and nh3 (0.1-0.25 s, measured in a
+    # fresh kernel: it held the kernel's loop while the first cell showed its working indicator, issue
+    # 18); done in a thread, it never blocks the loop, and the first cell is not made to wait for it
+    threading.Thread(target=_warm_renderer, name="relay-prewarm-render", daemon=True).start()
     return task
+
+
+def _warm_renderer() -> None:
+    with contextlib.suppress(Exception):  # the first cell builds it itself, as before
+        from .render import INDICATOR
+        from .rendering import markdown_html
+
+        markdown_html(INDICATOR)
 
 
 async def prewarm(session: Session, timeout: float = PREWARM_TIMEOUT) -> None:

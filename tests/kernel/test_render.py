@@ -178,3 +178,20 @@ def test_open_block_is_plain_text_and_a_finished_block_is_sanitised_html() -> No
     assert final["text/plain"] == hostile
     assert final["text/html"] == ("<p>[x](javascript:alert(1)) &lt;img src=x onerror=alert(2)&gt; "
                                   "<strong>b</strong></p>\n")
+
+
+def test_the_first_text_replaces_the_indicator_at_once_even_within_the_interval() -> None:
+    """Issue 18: a fresh kernel showed its indicator late (the renderer's first use) and the first text,
+    arriving just after it, waited for the update interval counted from the indicator."""
+    now = [10.0]
+    sink = Recorder()
+    view = StreamView(sink, interval=0.1, clock=lambda: now[0], schedule=False)
+    view.resume()
+    assert "working" in sink.ops[-1][2]
+    now[0] += 0.01  # well inside the 0.1 s interval
+    view.text("Hello ")
+    assert sink.ops[-1][2].startswith("Hello")
+    shown = len(sink.ops)
+    now[0] += 0.01
+    view.text("there ")  # the next partial update is rate-limited again
+    assert len(sink.ops) == shown
