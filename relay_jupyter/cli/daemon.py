@@ -1,4 +1,5 @@
-"""``jupyter relay status | stop | logs``: the standalone daemons of this user.
+"""``jupyter relay status | stop | logs``: the standalone daemons of this user (``status`` and ``logs``: and the
+broker inside each running Jupyter server with the extension).
 
 They find daemons through the state files in ``<jupyter runtime dir>/relay/daemon-<pid>.json``
 (written by ``jupyter relay serve``) and talk to each over its own socket: ``healthz``, ``readyz``
@@ -37,11 +38,12 @@ def register(subparsers: Any) -> None:
     t.add_argument("--pid", type=int, help="stop only this daemon (default: every daemon of this user)")
     t.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each to exit (default 10)")
     t.set_defaults(func=_cmd_stop)
-    g = subparsers.add_parser("logs", help="the tail of the daemon log (or of the auth log)")
+    g = subparsers.add_parser("logs", help="the tail of each running broker's log: daemons and Jupyter servers (or "
+                                           "of a daemon's auth log)")
     g.add_argument("--auth", action="store_true", help="the auth log (logs/auth.jsonl) instead")
     g.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default 50)")
     g.add_argument("--data-dir", metavar="PATH",
-                   help="the daemon's data dir (default: the running daemon's, else <jupyter data dir>/relay)")
+                   help="a daemon's data dir (default: every running broker's log, else <jupyter data dir>/relay)")
     g.set_defaults(func=_cmd_logs)
 
 
@@ -237,15 +239,32 @@ def _tail(path: Path, n: int) -> list[str]:
     return list(lines)
 
 
+def _log_sources(auth: bool) -> list[tuple[str, Path]]:
+    """``(broker, log file)`` of every running broker of this user: each daemon (its state file) and, for the
+    daemon log, each Jupyter server with the relay extension (``server/server_state.py``)."""
+    from ..server.server_state import server_states
+
+    name = AUTH_LOG if auth else DAEMON_LOG
+    found = [(f"daemon {s['listen']} (pid {s['pid']})", Path(s["data_dir"]) / LOG_DIR / name) for s in read_states()]
+    if not auth:  # a Jupyter server has no auth log: Jupyter authenticates its requests
+        found += [(f"jupyter server {s.get('url')} (pid {s['pid']})", Path(s["log_file"])) for s in server_states()
+                  if s.get("log_file")]
+    return found
+
+
 def _cmd_logs(args: argparse.Namespace) -> int:
     if args.data_dir:
-        root = Path(args.data_dir)
+        sources = [("", Path(args.data_dir) / LOG_DIR / (AUTH_LOG if args.auth else DAEMON_LOG))]
     else:
-        states = read_states()
-        root = Path(states[0]["data_dir"]) if len(states) == 1 else data_dir(create=False)
-    path = root / LOG_DIR / (AUTH_LOG if args.auth else DAEMON_LOG)
-    if not path.exists():
+        sources = _log_sources(args.auth) or [
+            ("", data_dir(create=False) / LOG_DIR / (AUTH_LOG if args.auth else DAEMON_LOG))]
+    present = [(broker, path) for broker, path in sources if path.exists()]
+    if not present:
+        path = sources[0][1]
         raise RoutingRefusal(Code.NOT_FOUND, f"no log at {path} (has a daemon run with this data dir?)")
-    for line in _tail(path, args.lines):
-        print(line)
+    for broker, path in present:
+        if len(present) > 1:  # several brokers: say whose lines follow
+            print(f"==> {broker}: {path} <==")
+        for line in _tail(path, args.lines):
+            print(line)
     return 0

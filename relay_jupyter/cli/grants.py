@@ -138,8 +138,33 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
-def _root(args: argparse.Namespace) -> Path:
-    return ensure_private_dir(Path(args.data_dir)) if args.data_dir else data_dir()
+def _running_roots() -> dict[Path, list[str]]:
+    """The data dirs of this user's running brokers -> which brokers use each: daemons (their state files) and
+    the brokers inside Jupyter servers (``server/server_state.py``)."""
+    from ..server.daemon import read_states
+    from ..server.server_state import server_states
+
+    roots: dict[Path, list[str]] = {}
+    for state in read_states():
+        roots.setdefault(Path(state["data_dir"]), []).append(f"daemon {state['listen']}")
+    for state in server_states():
+        if state.get("data_dir"):
+            roots.setdefault(Path(state["data_dir"]), []).append(f"jupyter server {state.get('url')}")
+    return roots
+
+
+def _root(args: argparse.Namespace, origin: str | None = None) -> Path:
+    """``--data-dir``; else the data dir of the running broker(s) that serve ``origin`` (``daemon:...``: daemons,
+    any other: Jupyter servers) when they share one; else ``<jupyter data dir>/relay``."""
+    if args.data_dir:
+        return ensure_private_dir(Path(args.data_dir))
+    if origin is not None:
+        daemon = origin.startswith("daemon:")
+        serving = {root for root, brokers in _running_roots().items()
+                   if any(b.startswith("daemon ") == daemon for b in brokers)}
+        if len(serving) == 1:
+            return ensure_private_dir(serving.pop())
+    return data_dir()
 
 
 def _check_origin(origin: str) -> str:
@@ -187,7 +212,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
     grant = Grant(origin=origin, tools=tools, models=models, budget=budget, expires_at=expires, created_at=now,
                   consent_id=f"terminal:{int(now * 1000)}-{secrets.token_hex(4)}", proxy_tools=proxy_tools,
                   profiles=parse_list(args.profiles, "profiles"))
-    root = _root(args)
+    root = _root(args, origin)
     store = open_configured_store(root)  # c.RelayApp.store_url: the PostgreSQL store the broker reads
     try:
         stored = GrantBook(store, cache_ttl=0).issue(grant)
@@ -201,26 +226,41 @@ def _cmd_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
-    store = open_configured_store(_root(args))
+def _list_root(root: Path) -> list[Grant]:
+    store = open_configured_store(root)
     try:
-        book = GrantBook(store, cache_ttl=0)
-        grants = book.list()
+        return GrantBook(store, cache_ttl=0).list()
     finally:
         store.close()
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    # every store a running broker reads (a daemon or a Jupyter server with its own data dir), and the default one
+    roots = [_root(args)]
+    running = {} if args.data_dir else _running_roots()
+    roots += [r for r in running if r.resolve() != roots[0].resolve() and (r / "relay.db").exists()]
+    per_root = [(root, _list_root(root)) for root in roots]
+    grants = [g for _, found in per_root for g in found]
     if args.json:
-        print(json.dumps({"grants": [g.model_dump(mode="json") for g in grants]}, indent=2, sort_keys=True))
+        out: dict[str, Any] = {"grants": [g.model_dump(mode="json") for g in grants]}
+        if len(per_root) > 1:
+            out["stores"] = [{"data_dir": str(root), "brokers": running.get(root, []),
+                              "origins": sorted(g.origin for g in found)} for root, found in per_root]
+        print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     if not grants:
         print("no live grants")
-    for g in sorted(grants, key=lambda g: g.origin):
-        print(_describe(g))
+    for root, found in per_root:
+        if len(per_root) > 1 and found:
+            print(f"==> {root} ({', '.join(running.get(root, [])) or 'no broker running'}) <==")
+        for g in sorted(found, key=lambda g: g.origin):
+            print(_describe(g))
     return 0
 
 
 def _cmd_revoke(args: argparse.Namespace) -> int:
     origin = _check_origin(args.origin)
-    root = _root(args)
+    root = _root(args, origin)
     store = open_configured_store(root)
     try:
         revoked = GrantBook(store, cache_ttl=0).revoke(origin)

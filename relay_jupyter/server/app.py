@@ -194,7 +194,21 @@ class RelayApp(ExtensionApp):
         install_kernel_lifecycle_hook(self.serverapp.kernel_manager, self._kernel_ended)
         self._pruner = PeriodicCallback(self.broker.prune_events, _PRUNE_EVERY_MS)
         self._pruner.start()
+        self._publish_for_cli()
         self.log.info("relay-jupyter broker ready at %srelay/", self.serverapp.base_url)
+
+    def _publish_for_cli(self) -> None:
+        """A log file and a state file, so ``jupyter relay logs|status`` find this broker (server/server_state.py)."""
+        if self.broker.config.in_memory:
+            return
+        from ..storage.paths import data_dir
+        from .server_state import publish
+
+        root = Path(self.broker.config.data_dir) if self.broker.config.data_dir else data_dir()
+        try:
+            publish(root, self.serverapp.connection_url, self.serverapp.log.getEffectiveLevel())
+        except OSError as exc:  # the broker works without it; say why the CLI will not see its log
+            self.log.warning("relay: cannot write relay's log file or state file for the CLI: %s", exc)
 
     def _init_thin_client(self) -> bool:
         """On a JupyterHub with the relay service: no broker here; kernels get the service's URL and the

@@ -166,3 +166,36 @@ def test_jupyter_relay_status_sees_the_broker_of_a_jupyter_server(server: RealSe
                             capture_output=True, text=True, timeout=60)
     (row,) = json.loads(listed.stdout)["jupyter_servers"]
     assert row["url"] == server.url and row["ready"] is True and row["error"] is None
+
+
+def test_jupyter_relay_logs_and_grants_see_the_broker_of_a_jupyter_server(server: RealServer) -> None:
+    """Issue 13 item 7: `logs` and `grants` found only daemons. Now `logs` tails the server's relay log
+    (server/server_state.py) and `grants` reads and writes the store the server's broker reads."""
+    env = server.env()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "relay_jupyter.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    granted = cli("grants", "add", "notebook:from_cli.ipynb", "--tools", "list_variables", "--models", "*")
+    assert granted.returncode == 0, granted.stderr
+    seen = _rpc(server, "grants.get", {"origin": "notebook:from_cli.ipynb"})  # the server's broker sees it
+    assert seen["grant"] is not None and seen["grant"]["tools"] == ["list_variables"], seen
+    listed = json.loads(cli("grants", "list", "--json").stdout)
+    assert "notebook:from_cli.ipynb" in [g["origin"] for g in listed["grants"]]
+    revoked = cli("grants", "revoke", "notebook:from_cli.ipynb")
+    assert revoked.returncode == 0 and "revoked the grant" in revoked.stdout, revoked
+    deadline = time.monotonic() + 30
+    while _rpc(server, "grants.get", {"origin": "notebook:from_cli.ipynb"})["grant"] is not None:
+        assert time.monotonic() < deadline, "the server's broker still sees the revoked grant"
+        time.sleep(0.2)  # its grant cache lives a second
+
+    logs = cli("logs", "-n", "400")
+    assert logs.returncode == 0, (logs.stdout, logs.stderr)
+    log_file = server.tmp / "data" / "relay" / "logs" / f"jupyter-server-{server.proc.pid}.log"
+    assert log_file.exists() and (log_file.parent.stat().st_mode & 0o077) == 0
+    # relay's own lines, as the server logged them
+    assert f"relay_jupyter.server: relay broker of the Jupyter server at {server.url} (pid {server.proc.pid})" \
+        in logs.stdout, logs.stdout
+    assert logs.stdout.strip().splitlines()[-1] in log_file.read_text()
+    assert TOKEN not in logs.stdout + logs.stderr
