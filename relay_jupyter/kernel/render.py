@@ -24,9 +24,10 @@ bytes of one output message. A partial update that shows ``L`` characters is sen
    geometrically, and the budget updates of a block total at most ``P / ALPHA`` bytes), or
 2. nothing was sent for ``refresh`` seconds (0.5 s) while text is waiting (a person sees text arrive at
    least every half second; such an update costs at most ``max_tail + C``), or
-3. the live display shows only the indicator (the first text of a run, or after a card: at once),
+3. the live display shows only the indicator (the first text of a run, or after a card: at once, even
+   within ``interval`` of the indicator: one message per indicator shown),
 
-and never more often than every ``interval`` seconds. The block's final update costs ``H * P + C`` and
+and otherwise never more often than every ``interval`` seconds. The block's final update costs ``H * P + C`` and
 is its only complete copy. The tail is cut into a block at ``max_tail`` (:data:`MAX_TAIL` = 600)
 characters, preferring a sentence end (:class:`~relay_jupyter.kernel.segmenter.Segmenter`). For an
 answer of ``A`` characters in ``B`` blocks streamed over ``D`` seconds the output bytes are at most::
@@ -221,7 +222,8 @@ class StreamView:
 
     def _due(self) -> float:
         """When the next update may go out (-inf: now)."""
-        if not self.pending and self.live is not None and self.shown_tail == 0 and self.segmenter.tail.strip():
+        if (not self.pending and self.live is not None and self.shown_tail == 0
+                and self.segmenter.tail.strip()):
             # the live display shows only the indicator: the first text replaces it at once (rule 3; one
             # message per indicator shown). Waiting for the interval counted from the indicator delayed a
             # fresh kernel's first text by up to 0.1 s (issue 18, measured in benchmarks/peer_magics.py)
