@@ -29,8 +29,9 @@ bytes of one output message. A partial update that shows ``L`` characters is sen
 
 and otherwise never more often than every ``interval`` seconds. The block's final update costs
 ``H * P + C`` and is its only complete copy. The tail is cut into a block at ``max_tail``
-(:data:`MAX_TAIL` = 600) characters, preferring a sentence end (:class:`~relay_jupyter.kernel.segmenter.Segmenter`). For an
-answer of ``A`` characters in ``B`` blocks streamed over ``D`` seconds the output bytes are at most::
+(:data:`MAX_TAIL` = 600) characters, preferring a sentence end
+(:class:`~relay_jupyter.kernel.segmenter.Segmenter`). For an answer of ``A`` characters in ``B``
+blocks streamed over ``D`` seconds the output bytes are at most::
 
     A * (H + 1/ALPHA)  +  C * (2B + 3)  +  (max_tail + C) * D / refresh
 
