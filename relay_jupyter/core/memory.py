@@ -41,10 +41,12 @@ __all__ = [
     "MemoryStore",
     "charge_totals",
     "check_amount",
+    "check_call_intent",
     "check_conversation",
     "check_dict",
     "check_event_items",
     "check_finish",
+    "check_run_start",
     "check_text",
     "held_by_dead",
     "hold_owner",
@@ -159,6 +161,22 @@ def check_event_items(items: Sequence[Any]) -> list[Any]:
             raise TypeError("each event must be a (type, data, origin, run_id) tuple")
         check_event(*item)
     return items
+
+
+def check_run_start(run_id: Any, origin: Any, conversation: Any, meta: Any) -> None:
+    """The arguments of ``run_started``."""
+    check_text("run_id", run_id)
+    check_text("origin", origin)
+    check_text("conversation", conversation)
+    check_dict("meta", meta)
+
+
+def check_call_intent(run_id: Any, call_id: Any, tool: Any, arguments: Any) -> None:
+    """The arguments of ``call_intent``."""
+    check_text("run_id", run_id)
+    check_text("call_id", call_id)
+    check_text("tool", tool)
+    check_dict("arguments", arguments)
 
 
 def check_finish(state: Any, meta: Any) -> None:
@@ -493,10 +511,7 @@ class MemoryStore:
     # -- runs journal ---------------------------------------------------------------------------------
 
     def run_started(self, run_id: str, origin: str, conversation: str, meta: dict[str, Any]) -> None:
-        check_text("run_id", run_id)
-        check_text("origin", origin)
-        check_text("conversation", conversation)
-        check_dict("meta", meta)
+        check_run_start(run_id, origin, conversation, meta)
         with self.transaction():
             self._drop(self._runs, run_id)  # a replaced run moves to the end (newest), as INSERT OR REPLACE
             self._put(self._runs, run_id, {
@@ -545,10 +560,7 @@ class MemoryStore:
         return calls
 
     def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
-        check_text("run_id", run_id)
-        check_text("call_id", call_id)
-        check_text("tool", tool)
-        check_dict("arguments", arguments)
+        check_call_intent(run_id, call_id, tool, arguments)
         with self.transaction():
             calls = self._calls_of(run_id)
             self._drop(calls, call_id)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.names import TERMINAL_EVENTS
-from ..core.memory import check_dict, check_finish
-from ._db import check_text, dumps
+from ..core.memory import check_call_intent, check_dict, check_finish, check_run_start
+from ._db import dumps
 from .dialect import SqlStore
 
 __all__ = ["INTERRUPTED", "RUNNING", "JournalMixin"]
@@ -49,10 +49,7 @@ class JournalMixin(SqlStore):
 
     def run_started(self, run_id: str, origin: str, conversation: str, meta: dict[str, Any]) -> None:
         """Record a new run in state ``running`` (replacing a run with the same id)."""
-        check_text("run_id", run_id)
-        check_text("origin", origin)
-        check_text("conversation", conversation)
-        check_dict("meta", meta)
+        check_run_start(run_id, origin, conversation, meta)
         with self.transaction() as conn:
             # delete + insert (SQLite's INSERT OR REPLACE does the same): a replaced run goes to the end of the order
             conn.execute(self.sql("DELETE FROM runs WHERE run_id = ?"), (run_id,))
@@ -85,10 +82,7 @@ class JournalMixin(SqlStore):
 
     def call_intent(self, run_id: str, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
         """Record that ``call_id`` is about to execute. Written, and committed, before the tool runs."""
-        check_text("run_id", run_id)
-        check_text("call_id", call_id)
-        check_text("tool", tool)
-        check_dict("arguments", arguments)
+        check_call_intent(run_id, call_id, tool, arguments)
         with self.transaction() as conn:
             conn.execute(self.sql("DELETE FROM calls WHERE run_id = ? AND call_id = ?"), (run_id, call_id))
             conn.execute(self.sql(f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL)"),
