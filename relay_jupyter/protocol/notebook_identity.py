@@ -23,8 +23,8 @@ from pathlib import Path
 
 from .client_names import client_name_for
 
-__all__ = ["ANONYMOUS_PREFIX", "ENV_NAMES", "client_name_for", "notebook_from_argv", "notebook_from_environ",
-           "notebook_of_process", "parent_pid", "runner_notebook"]
+__all__ = ["ANONYMOUS_PREFIX", "ENV_NAMES", "client_name_for", "loopback_peer_pid", "notebook_from_argv",
+           "notebook_from_environ", "notebook_of_process", "parent_pid", "runner_notebook"]
 
 #: The environment variables that name a kernel's notebook, first wins.
 ENV_NAMES = ("RELAY_NOTEBOOK", "JPY_SESSION_NAME")
@@ -146,3 +146,53 @@ def notebook_of_process(pid: int) -> tuple[str | None, str]:
     if found:
         return found, "runner"
     return None, "none"
+
+
+def _proc_net_addr(host: str, port: int) -> str | None:
+    """``host:port`` as ``/proc/net/tcp`` writes it (IPv4 loopback only: ``0100007F:1F90``), or None."""
+    parts = host.split(".")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None
+    return "".join(f"{int(p):02X}" for p in reversed(parts)) + f":{port:04X}"
+
+
+def loopback_peer_pid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """The pid of the process of this user holding the other end of a loopback TCP connection whose far end is
+    ``peer`` and near end ``local`` (Linux ``/proc/net/tcp`` and ``/proc/<pid>/fd``), or None.
+
+    Written on ``/proc`` rather than with psutil (not a declared dependency): the peer's socket is the row whose
+    local address is ``peer`` and remote address ``local``; its inode names the descriptor to look for. A socket
+    shared by several processes (a fork) is ambiguous: None. IPv4 only (``127.0.0.1``)."""
+    mine, theirs = _proc_net_addr(*peer), _proc_net_addr(*local)
+    if mine is None or theirs is None:
+        return None
+    raw = _read("/proc/net/tcp")
+    inode = None
+    for line in (raw or b"").decode("ascii", "replace").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 9 and fields[1] == mine and fields[2] == theirs:
+            inode = fields[9]
+            break
+    if not inode or inode == "0":
+        return None
+    target = f"socket:[{inode}]"
+    found: set[int] = set()
+    uid = os.geteuid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            fds = os.scandir(f"/proc/{entry.name}/fd")
+        except OSError:
+            continue
+        with fds:
+            for fd in fds:
+                try:
+                    if os.readlink(fd.path) == target:
+                        found.add(int(entry.name))
+                        break
+                except OSError:
+                    continue
+    return found.pop() if len(found) == 1 else None

@@ -39,7 +39,7 @@ from tornado import web
 
 from ..core.caller import Caller, CallerKind
 from ..core.errors import Code, ConfigRefusal
-from ..protocol.notebook_identity import ANONYMOUS_PREFIX, client_name_for, notebook_of_process
+from ..protocol.notebook_identity import ANONYMOUS_PREFIX, client_name_for, loopback_peer_pid, notebook_of_process
 from ..storage.atomic import atomic_write_bytes
 from .plain import refuse
 
@@ -315,8 +315,10 @@ class KernelRegistry:
     - **Origin**: on the Unix socket the daemon reads the *peer process* (``SO_PEERCRED`` pid): the
       environment it was started with (``RELAY_NOTEBOOK``, ``JPY_SESSION_NAME``) and the command line of the
       runner that started it (papermill, jupyter execute, nbconvert, pytest --nbval); the kernel's own claim
-      (``X-Relay-Notebook``) is ignored there. Over TCP the daemon cannot see the peer: the claim is taken (every
-      token holder is the user). No path: a fresh ``daemon:kernel:anon-<12 hex>``.
+      (``X-Relay-Notebook``) is ignored there. Over TCP from ``127.0.0.1`` the peer process is found through
+      ``/proc/net/tcp`` (``loopback_peer_pid``) and read the same way; only a peer the daemon cannot find (another
+      host, a container) is named by its claim (every token holder is the user). No path: a fresh
+      ``daemon:kernel:anon-<12 hex>``.
     - **Credential**: ``rk1.<origin, base64url>.<HMAC-SHA256 of both under the daemon's kernel key>``; the key
       is 32 random bytes in ``<data dir>/daemon_kernel_key`` (0600). Stateless, so a daemon that idled out and
       was started again still knows a running kernel's origin; later requests cannot change the origin (it
@@ -366,6 +368,16 @@ class KernelRegistry:
             except OSError:
                 return None, "none"
             return notebook_of_process(pid)
+        # TCP from this machine: the peer process is found through /proc as well, and its claim ignored
+        try:
+            local = sock.getsockname() if sock is not None else None
+            peer = sock.getpeername() if sock is not None else None
+        except OSError:
+            local = peer = None
+        if local and peer and peer[0] == "127.0.0.1":
+            pid = loopback_peer_pid((peer[0], peer[1]), (local[0], local[1]))
+            if pid is not None:
+                return notebook_of_process(pid)
         if claim:
             return claim, "claimed"
         return None, "none"

@@ -3,8 +3,9 @@
 The kernel registers once (``POST /relay/kernel``); on the Unix socket the daemon reads the notebook from the
 *peer process* (its start-up environment, its runner's command line), never from what the kernel says. As an
 attacker: a kernel of notebook A that names notebook B — in its registration claim, in ``X-Relay-Client``, or
-in a credential it edits — cannot use B's grant or spend B's budget. Over TCP (no peer process to read) the
-claim is taken, and the reserved names and the MAC hold the same way.
+in a credential it edits — cannot use B's grant or spend B's budget. Over TCP the
+daemon finds the peer process of a loopback connection through ``/proc/net/tcp`` and reads it the same way; the
+reserved names, the bearer token and the MAC hold there too.
 
 Real parts: ``jupyter relay serve`` (demo backend) and kernel-side code (``kernel/discovery.py`` and
 ``RelayClient``) in processes of their own, each with the environment a runner would give its kernel."""
@@ -140,13 +141,16 @@ def test_a_kernel_of_notebook_a_naming_b_gets_neither_bs_grant_nor_bs_budget(tmp
     assert "rk1." not in log  # no credential in the log
 
 
-def test_over_tcp_the_claim_names_the_notebook_and_the_credential_still_binds_it(tmp_path: Path) -> None:
+def test_over_loopback_tcp_the_daemon_reads_the_kernel_process_too(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path, "--listen", "tcp://127.0.0.1:0")
     url = f"http://127.0.0.1:{daemon.port}/relay/"
     token = daemon.token()
     try:
-        seen = _kernel(tmp_path, url, notebook=None, claim="/work/sub/c.ipynb")
-        assert seen["origin"] == "daemon:" + client_name_for("/work/sub/c.ipynb") and seen["run"]["state"] == "error"
+        # the peer process is found through /proc/net/tcp: its start-up environment names it, not its claim
+        seen = _kernel(tmp_path, url, notebook="/work/a.ipynb", claim="/work/sub/c.ipynb")
+        assert seen["origin"] == "daemon:" + client_name_for("/work/a.ipynb") and seen["run"]["state"] == "error"
+        anon = _kernel(tmp_path, url, notebook=None, claim="/work/sub/c.ipynb")
+        assert anon["origin"].startswith("daemon:kernel:anon-"), anon
         rpc = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "grants.get"}).encode()
         # the credential alone is not enough on TCP: the bearer token comes first
         status, _, _, _ = one_shot(daemon, "POST", "/relay/rpc", {"X-Relay-Kernel": seen["credential"]}, rpc)
@@ -156,7 +160,7 @@ def test_over_tcp_the_claim_names_the_notebook_and_the_credential_still_binds_it
                                                                       "X-Relay-Client": "kernel:other"}, rpc)
         assert status == 200 and json.loads(body)["result"]["grant"] is None
         status, _, _, _ = one_shot(daemon, "POST", "/relay/rpc", {"Authorization": f"Bearer {token}",
-                                                                   "X-Relay-Client": "kernel:work_sub_c.ipynb"}, rpc)
+                                                                   "X-Relay-Client": "kernel:work_a.ipynb"}, rpc)
         assert status == 403
         # registering needs the token too
         assert one_shot(daemon, "POST", "/relay/kernel")[0] == 401
