@@ -123,6 +123,14 @@ def test_a_kernel_of_notebook_a_naming_b_gets_neither_bs_grant_nor_bs_budget(tmp
         assert again["origin"] == origin_a and again["grant"]["origin"] == origin_a
         assert again["budget"].get("usage", {}).get("tokens", 0) == 0, again["budget"]
         assert again["run"]["origin"] == origin_a and again["run"]["state"] == "budget_exhausted", again["run"]
+        # stopping: the terminal client (jupyter relay kill) may stop any origin's runs; another named client may not
+        def kill(client: str, params: dict) -> dict:
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "kill", "params": params}).encode()
+            return json.loads(one_shot(daemon, "POST", "/relay/rpc", {"X-Relay-Client": client}, body)[2])
+        assert kill("terminal", {"origin": origin_b})["result"] == {"cancelled_runs": 0, "denied_requests": 0}
+        assert kill("terminal", {"all": True})["result"]["cancelled_runs"] == 0
+        assert kill("other", {"origin": origin_b})["error"]["data"]["code"] == "UNAUTHORIZED"
+        assert kill("other", {"all": True})["error"]["data"]["code"] == "UNAUTHORIZED"
         # a kernel that cannot be placed gets a fresh origin of its own each time, never B's
         anon = [_kernel(tmp_path, daemon.address, notebook=None, claim=b)["origin"] for _ in range(2)]
         assert all(o.startswith("daemon:kernel:anon-") for o in anon) and anon[0] != anon[1]
