@@ -286,6 +286,12 @@ def target_origin(caller: Caller, requested: str | None) -> str:
         if not requested:
             raise GateRefusal(Code.UNAUTHORIZED, "name the origin (notebook) to act on")
         return requested
+    if caller.kind is CallerKind.PANEL:  # a hub user's panel: one of its user's origins, never another user's
+        if not requested:
+            raise GateRefusal(Code.UNAUTHORIZED, "name the origin (notebook) to act on")
+        if not caller.acts_for(requested):
+            raise GateRefusal(Code.UNAUTHORIZED, "a user's side panel may only act on that user's notebooks")
+        return requested
     if caller.origin is None:
         raise GateRefusal(Code.UNAUTHORIZED, "this client has no origin")
     if requested is not None and requested != caller.origin:

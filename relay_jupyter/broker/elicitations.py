@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.caller import Caller, CallerKind
+from ..core.caller import Caller
 from ..core.errors import Code, RoutingRefusal
 from ..core.types import AuditRecord
 from ..mcp.elicitation import ElicitationAnswer, ElicitationAsk, check_answer
@@ -160,7 +160,7 @@ class ElicitationRouter:
         return self._resolve(pending, ElicitationAnswer(action, checked, answered_by=caller.client_id))
 
     def _may_answer(self, caller: Caller, pending: PendingElicitation) -> bool:
-        if caller.kind is CallerKind.BROWSER:
+        if caller.sees_many:
             return may_act_for(caller, pending.origin)  # the user's side panel, as for permission requests
         return caller.client_id == pending.originator
 

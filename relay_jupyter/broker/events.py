@@ -39,11 +39,9 @@ def can_see(caller: Caller, event: Event) -> bool:
     """True when ``caller`` may see ``event`` (rules in the module docstring)."""
     if event.origin is None:
         return True
-    if caller.kind is CallerKind.BROWSER:
-        # A browser session is authenticated by Jupyter as the server's user, who owns every origin
-        # of this server (a JupyterHub gives each user their own server).
-        return True
-    return caller.origin is not None and caller.origin == event.origin
+    # A browser session is authenticated by Jupyter as the server's user, who owns every origin of this server;
+    # a hub user's panel acts for the origins ``user:<name>/…`` of its user only; anyone else for its own origin.
+    return caller.acts_for(event.origin)
 
 
 class Subscription:
@@ -114,6 +112,8 @@ class EventBus:
         """Browser sessions: they see every event."""
         self._by_origin: dict[str | None, set[Subscription]] = {}
         """Other subscribers by the origin they act as (None: broadcasts only)."""
+        self._by_prefix: dict[str, set[Subscription]] = {}
+        """Hub users' panels by their origin prefix (``user:<name>/``): an origin's first segment finds them."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.active_runs: set[str] = set()
@@ -246,6 +246,10 @@ class EventBus:
         if origin is None:
             return list(self._subscribers)
         mine = self._by_origin.get(origin)
+        cut = origin.find("/")
+        panels = self._by_prefix.get(origin[:cut + 1]) if cut >= 0 and self._by_prefix else None
+        if panels:
+            return [*self._everything, *(mine or ()), *(p for p in panels if p.caller.acts_for(origin))]
         return [*self._everything, *mine] if mine else list(self._everything)
 
     def _fanout(self, events: Sequence[Event], frames: Sequence[bytes] | None = None) -> None:
@@ -264,11 +268,18 @@ class EventBus:
     def _index(self, sub: Subscription) -> None:
         if sub.caller.kind is CallerKind.BROWSER:
             self._everything.add(sub)
+        elif sub.caller.kind is CallerKind.PANEL and sub.caller.origin_prefix:
+            self._by_prefix.setdefault(sub.caller.origin_prefix, set()).add(sub)
         else:
             self._by_origin.setdefault(sub.caller.origin, set()).add(sub)
 
     def _unindex(self, sub: Subscription) -> None:
         self._everything.discard(sub)
+        panels = self._by_prefix.get(sub.caller.origin_prefix or "")
+        if panels is not None:
+            panels.discard(sub)
+            if not panels:
+                del self._by_prefix[sub.caller.origin_prefix or ""]
         group = self._by_origin.get(sub.caller.origin)
         if group is not None:
             group.discard(sub)
@@ -330,6 +341,13 @@ class EventBus:
         SSE handler yields to the loop between pages."""
         if self._soon and threading.get_ident() == self._loop_thread:
             self.flush()  # a replay sees every event appended so far
+        if caller.kind is CallerKind.PANEL:
+            # the store filters by exact origins; a hub user's origins are a prefix: scan the page, keep what
+            # the panel may see (the same rule as live delivery), encode those
+            events = self.store.events_since(since, limit=limit)
+            if not events:
+                return since, b"", True
+            return events[-1].id, b"".join(encode_event(e) for e in events if can_see(caller, e)), False
         origins = None if caller.kind is CallerKind.BROWSER else ([caller.origin] if caller.origin else [])
         last, frames = self.store.replay_sse(since, limit=limit, origins=origins)
         return last, frames, last == since

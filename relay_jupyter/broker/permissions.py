@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.caller import Caller, CallerKind
+from ..core.caller import Caller
 from ..core.errors import Code, RoutingRefusal
 from ..core.memory import MemoryStore
 from ..core.ports import TrustStore
@@ -82,10 +82,9 @@ class PendingPermission:
 
 
 def may_act_for(caller: Caller, origin: str | None) -> bool:
-    """A browser session acts for every origin of its server; others only for their own origin."""
-    if caller.kind is CallerKind.BROWSER:
-        return True
-    return origin is not None and caller.origin == origin
+    """A browser session acts for every origin of its server, a hub user's panel for its user's origins; others
+    only for their own origin (:meth:`Caller.acts_for`)."""
+    return caller.acts_for(origin)
 
 
 class PermissionRouter:
@@ -218,7 +217,7 @@ class PermissionRouter:
         return result
 
     def _may_answer(self, caller: Caller, pending: PendingPermission) -> bool:
-        if caller.kind is CallerKind.BROWSER:
+        if caller.sees_many:  # the side panel: of the server's user, or of the hub user the origin belongs to
             return may_act_for(caller, pending.origin)
         return pending.originator is not None and caller.client_id == pending.originator
 

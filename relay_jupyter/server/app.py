@@ -255,6 +255,11 @@ class RelayApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         """Mount the relay endpoints under ``{base_url}relay/`` (none in a thin client: the hub service serves them)."""
         if getattr(self, "thin_client_url", None):
+            # the side panel's two routes, passed on to the hub service with the user's hub token
+            from .hub_panel_proxy import panel_proxy_handlers
+
+            self.handlers.extend(panel_proxy_handlers(self.thin_client_url,
+                                                      lambda: os.environ.get("JUPYTERHUB_API_TOKEN")))
             return
         self.handlers.extend(relay_handlers() + anthropic_handlers() + openai_handlers())
         self.handlers.extend(mcp_gateway_handlers())  # relay/mcp: the gated MCP gateway (docs/mcp.md)

@@ -73,6 +73,7 @@ __all__ = [
     "HubEnv",
     "HubGate",
     "HubGroupsUnavailable",
+    "PANEL_HEADER",
     "ThinKernels",
     "fetch_hub_groups",
     "hub_group_members",
@@ -97,6 +98,10 @@ _SHUTDOWN_GRACE = 5.0
 #: (``jupyter relay audit --team``) that have no hub token of their own.
 HUB_GROUPS_FILE = "hub_groups.json"
 _GROUPS_EVERY_MS = 60_000
+#: Sent (value ``1``) by a single-user server's panel proxy: the caller is the token user's side panel, which acts
+#: for every origin ``user:<name>/…`` of that user (Caller kind ``panel``). Any process holding the user's token
+#: can send it (her kernels too: the same trust as her server, whose token they can read; docs/multi-user.md).
+PANEL_HEADER = "X-Relay-Panel"
 _PRUNE_EVERY_MS = 3_600_000
 _JSON = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
 _HUB_DOWN_BODY = b'{"message": "cannot check the token with JupyterHub right now; retry"}'
@@ -236,6 +241,14 @@ class HubGate:
         groups = model.get("groups")
         if isinstance(groups, list):
             self._groups[name] = frozenset(g for g in groups if isinstance(g, str))
+        if request.headers.get(PANEL_HEADER) is not None:
+            if request.headers.get(PANEL_HEADER) != "1":
+                refuse(handler, 400, b'{"message": "X-Relay-Panel must be 1"}', _JSON)
+                return None
+            # the user's side panel, through her own server's proxy (server/hub_panel_proxy.py): every origin of
+            # this user, none of another's; its client id cannot be a kernel's ('#' is no client-name character)
+            return Caller(kind=CallerKind.PANEL, origin=None, client_id=f"user:{name}/#panel:{client}", user=name,
+                          origin_prefix=f"user:{name}/")
         origin = hub_origin(name, client)
         return Caller(kind=CallerKind.DAEMON, origin=origin, client_id=f"user:{name}/{client}", user=name)
 

@@ -42,6 +42,7 @@ from ...core.caller import Caller, CallerKind
 from ...core.errors import Code, GateRefusal, RoutingRefusal
 from ...core.redact import redact
 from ...core.types import AuditRecord
+from ...protocol.names import Method
 from ..registry import MethodSpec, register
 
 if TYPE_CHECKING:
@@ -75,8 +76,17 @@ class Request:
         return self.origin
 
     def sees(self, origin: str | None) -> bool:
-        """True when an object of ``origin`` is within this call's scope."""
-        return self.origin is None or origin == self.origin
+        """True when an object of ``origin`` is within this call's scope (every origin of a browser session, a hub
+        user's origins for that user's panel: :meth:`Caller.acts_for`)."""
+        if self.origin is None:
+            return self.caller.acts_for(origin)
+        return origin == self.origin
+
+    def keep(self, rows: Any) -> list[Any]:
+        """``rows`` (dicts or records with an ``origin``) within this call's scope: a list method's answer."""
+        if self.origin is not None or self.caller.kind is CallerKind.BROWSER:
+            return list(rows)
+        return [r for r in rows if self.sees(r.get("origin") if isinstance(r, dict) else getattr(r, "origin", None))]
 
     def audit(self, action: str, arguments: dict[str, Any], *, origin: str | None = None,
               decision: str = "ok") -> None:
@@ -112,8 +122,8 @@ class Access:
                 raise GateRefusal(Code.UNAUTHORIZED, "only a browser session of the server's user can act on "
                                                      "every notebook")
             return None
-        if scope is Scope.ANY and caller.kind is CallerKind.BROWSER and requested is None:
-            return None
+        if scope is Scope.ANY and caller.sees_many and requested is None:
+            return None  # a hub user's panel: every origin *it acts for*; the handler filters (PANEL_FILTERED)
         return target_origin(caller, requested)
 
 
@@ -152,7 +162,7 @@ class RunAccess(Access):
             origin, originator = row.get("origin"), (row.get("meta") or {}).get("originator")
         if not req.sees(origin):
             raise RoutingRefusal(Code.NOT_FOUND, f"no run {run_id}")
-        if req.caller.kind is not CallerKind.BROWSER and originator is not None \
+        if not req.caller.sees_many and originator is not None \
                 and originator != req.caller.client_id:
             raise RoutingRefusal(Code.NOT_ORIGINATOR, "only the client that started this run (or the side panel) "
                                                       "can cancel it")
@@ -166,7 +176,7 @@ class AddresseeAccess(Access):
     every origin)."""
 
     def origin(self, caller: Caller, params: BaseModel, scope: Scope) -> str | None:
-        return None if caller.kind is CallerKind.BROWSER else caller.origin
+        return None if caller.sees_many else caller.origin
 
 
 NOTEBOOK = Access("notebook", "a kernel or daemon client acts on its own origin; a browser session of the "
@@ -177,6 +187,16 @@ ADDRESSEE = AddresseeAccess("addressee", "a request the broker sent is answered 
                                          "to (permission requests: or a browser session)")
 
 Handler = Callable[[Request, Any], Awaitable[BaseModel]]
+
+#: The methods a hub user's panel (:attr:`CallerKind.PANEL`) may call without naming an origin: each keeps only
+#: that user's origins (``req.sees`` / ``req.keep``, or the router's ``pending_for`` / ``answer`` of the caller).
+#: Any other method, called by a panel without an origin, is UNAUTHORIZED (fail closed: a new list method that
+#: takes "no origin" as "every origin" is not reachable by a panel until its handler filters and is listed here).
+PANEL_FILTERED = frozenset({
+    Method.GRANTS_LIST, Method.GRANTS_DEFAULTS, Method.PERMISSION_ANSWER, Method.PERMISSION_PENDING,
+    Method.ELICITATION_ANSWER, Method.ELICITATION_PENDING, Method.RUNS_LIST, Method.RUNS_GET, Method.RUNS_CANCEL,
+    Method.RUN_CANCEL, Method.AUDIT_TAIL, Method.TELEMETRY_QUERY, Method.TRUST_LIST, Method.CONVERSATIONS_LIST,
+})
 
 
 class Namespace:
@@ -204,7 +224,12 @@ class Namespace:
         def decorate(handler: Handler) -> Callable[[Any, Caller, Any], Awaitable[BaseModel]]:
             @functools.wraps(handler)
             async def call(broker: Broker, caller: Caller, model: Any) -> BaseModel:
-                return await handler(Request(broker, caller, access.origin(caller, model, scope)), model)
+                origin = access.origin(caller, model, scope)
+                if origin is None and caller.kind is CallerKind.PANEL and name not in PANEL_FILTERED:
+                    # fail closed: "every origin" reaches a hub user's panel only through a handler that keeps
+                    # that user's origins (req.sees); any other method must be given one of them
+                    raise GateRefusal(Code.UNAUTHORIZED, "name the origin (notebook) to act on")
+                return await handler(Request(broker, caller, origin), model)
 
             register(MethodSpec(name, params, result, call, doc, access=access, scope=scope.value,
                                 namespace=self.prefixes[0]))

@@ -24,4 +24,4 @@ async def audit_tail(req: Request, params: AuditTailParams) -> AuditTailResult:
     # a worker thread: reading a big log is file I/O that must not stall the loop (issue 18); the
     # log's tail takes no lock an append needs (storage/audit_log.py)
     records = await asyncio.to_thread(req.broker.audit.tail, params.n, origin=req.origin)
-    return AuditTailResult(records=records)
+    return AuditTailResult(records=req.keep(records))

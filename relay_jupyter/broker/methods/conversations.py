@@ -60,7 +60,7 @@ def _owned(req: Request, conversation: str) -> tuple[str, dict[str, Any]]:
 @rpc.method(Method.CONVERSATIONS_LIST, ConversationsListParams, ConversationsListResult, scope=Scope.ANY,
             doc="Conversations of the caller's origin (browser: all, or the named origin), newest first.")
 async def conversations_list(req: Request, params: ConversationsListParams) -> ConversationsListResult:
-    rows = _runtime(req).conversations.list_conversations(req.origin)
+    rows = req.keep(_runtime(req).conversations.list_conversations(req.origin))
     return ConversationsListResult(conversations=[_public(row) for row in rows])
 
 

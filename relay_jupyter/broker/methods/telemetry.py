@@ -25,4 +25,4 @@ async def telemetry_query(req: Request, params: TelemetryQueryParams) -> Telemet
     # a worker thread: a query of many rows is storage I/O that must not stall the loop (issue 18)
     rows = await asyncio.to_thread(req.broker.telemetry.query, origin=req.origin, since=params.since,
                                    limit=params.limit)
-    return TelemetryQueryResult(rows=rows)
+    return TelemetryQueryResult(rows=req.keep(rows))

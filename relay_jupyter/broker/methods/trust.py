@@ -20,7 +20,8 @@ rpc = Namespace(ACCESS, "trust")
 @rpc.method(Method.TRUST_LIST, OriginParams, TrustListResult, scope=Scope.ANY,
             doc="Saved 'always allow for this notebook' trust: (origin, server, tool, name, digest, created_at).")
 async def trust_list(req: Request, params: OriginParams) -> TrustListResult:
-    rows = req.broker.trust.list_trust(req.origin)  # keyed (origin, server, tool); ``name`` is for display only
+    # keyed (origin, server, tool); ``name`` is for display only
+    rows = req.keep(req.broker.trust.list_trust(req.origin))
     return TrustListResult(trust=[{**r, "name": qualified_name(r["server"], r["tool"]) if r["server"] else r["tool"]}
                                   for r in rows])
 
