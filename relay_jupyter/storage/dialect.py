@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect", "SqlStore"]
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "SqlStore", "where"]
 
 _TOKEN = re.compile(r"\{(seq|for_update|instr)\}")
 
@@ -87,6 +87,15 @@ class Dialect:
         if self.name == "sqlite":
             return int(conn.execute(sql, params).lastrowid or 0)
         return int(conn.execute(sql + " RETURNING id", params).fetchone()[0])
+
+
+def where(conditions: Sequence[tuple[str, Any]]) -> tuple[str, list[Any]]:
+    """``(" WHERE a AND b", [values])`` of the ``(clause, value)`` pairs whose value is not None (each
+    clause with one ``?``); ``("", [])`` when none is."""
+    kept = [(clause, value) for clause, value in conditions if value is not None]
+    if not kept:
+        return "", []
+    return " WHERE " + " AND ".join(c for c, _ in kept), [v for _, v in kept]
 
 
 SQLITE = Dialect("sqlite", mark="?", seq="rowid", for_update="", instr="instr")

@@ -60,7 +60,7 @@ from ._db import check_amount, check_text, dumps
 from .checkpoints import STATES, CheckpointRows
 from .errors import StorageUnavailable, StoreError
 from .events import _PERMISSION_TYPES, _event, _middle, _parse
-from .dialect import POSTGRES, SqlStore
+from .dialect import POSTGRES, SqlStore, where
 from .journal import JournalMixin
 from .leases import DEFAULT_LEASE_TTL, LEASE_COLUMNS, LeasesMixin, owner_alive
 from .records import ConversationsMixin, GrantsMixin, TrustMixin, charge_dead, sweep_expired
@@ -249,13 +249,8 @@ class PgDatabase(SqlStore):
             with conn.transaction():
                 yield conn
             return
-        with self._connection() as conn:
-            self._local.conn = conn
-            try:
-                with conn.transaction():
-                    yield conn
-            finally:
-                self._local.conn = None
+        with self._outermost() as conn, conn.transaction():
+            yield conn
         self.storage_problem = None
 
     @contextmanager
@@ -265,12 +260,18 @@ class PgDatabase(SqlStore):
         if conn is not None:
             yield conn
             return
+        with self._outermost() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
+
+    @contextmanager
+    def _outermost(self) -> Iterator[Any]:
+        """A pooled connection bound to this thread while it is used: the store's methods called
+        meanwhile (same thread) join its transaction."""
         with self._connection() as conn:
             self._local.conn = conn
             try:
-                with conn.transaction():
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    yield conn
+                yield conn
             finally:
                 self._local.conn = None
 
@@ -700,18 +701,10 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
         """Stored audit records, oldest first: of ``origin``, or of origins starting with
         ``origin_prefix`` (a user's: ``user:alice/``), at or after ``since`` (epoch seconds); the
         newest ``limit`` of them."""
-        where, args = [], []
-        if origin is not None:
-            where.append("origin = %s")
-            args.append(origin)
-        if origin_prefix is not None:
-            where.append("starts_with(origin, %s)")
-            args.append(origin_prefix)
-        if since is not None:
-            where.append("ts >= %s")
-            args.append(float(since))
-        sql = f"SELECT record FROM {self._shared}audit" + (" WHERE " + " AND ".join(where) if where else "")
-        rows = self.query(sql + " ORDER BY seq DESC LIMIT %s", [*args, max(0, operator.index(limit))])
+        cond, args = where([("origin = ?", origin), ("starts_with(origin, ?)", origin_prefix),
+                            ("ts >= ?", None if since is None else float(since))])
+        rows = self.query(self.sql(f"SELECT record FROM {self._shared}audit{cond} ORDER BY seq DESC LIMIT ?"),
+                          [*args, max(0, operator.index(limit))])
         return [AuditRecord.model_validate_json(r[0]) for r in reversed(rows)]
 
 

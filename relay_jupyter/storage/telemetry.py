@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.telemetry import MAX_QUERY_ROWS, TelemetryRow, check_telemetry_query
-from .dialect import SqlStore
+from .dialect import SqlStore, where
 
 __all__ = ["COLUMNS", "TelemetryMixin", "row_from_db", "row_values", "select_sql"]
 
@@ -35,16 +35,8 @@ _INSERT_SQL = f"INSERT INTO telemetry ({','.join(_INSERT)}) VALUES ({','.join('?
 def select_sql(origin: str | None, since: float | None, n: int) -> tuple[str, tuple[Any, ...]]:
     """The newest ``n`` rows (of ``origin``, at or after ``since``): the statement (``?`` marks: a
     store passes it through its :class:`~relay_jupyter.storage.dialect.Dialect`) and its parameters."""
-    where, params = [], []
-    if origin is not None:
-        where.append("origin = ?")
-        params.append(origin)
-    if since is not None:
-        where.append("ts >= ?")
-        params.append(float(since))
-    sql = (f"SELECT {','.join(COLUMNS)} FROM telemetry" + (" WHERE " + " AND ".join(where) if where else "")
-           + " ORDER BY id DESC LIMIT ?")
-    return sql, (*params, n)
+    cond, params = where([("origin = ?", origin), ("ts >= ?", None if since is None else float(since))])
+    return f"SELECT {','.join(COLUMNS)} FROM telemetry{cond} ORDER BY id DESC LIMIT ?", (*params, n)
 
 
 class TelemetryMixin(SqlStore):
