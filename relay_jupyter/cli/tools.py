@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from functools import partial
 from typing import Any
 
 from ..core.errors import Code, ConfigRefusal, RoutingRefusal
+from ..core.visible import visible
 from ..mcp.config import McpConfig, load_config
 from ..mcp.discovery import qualified_name, split_name
 from ..mcp.pins import PINNABLE_CLASSES
@@ -200,26 +202,30 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps({"config": config.path, "problems": config.problems.get(""),
                           "servers": servers, "tools": tools, "pins": pins_now}, indent=2, default=str))
         return 0
-    print(f"MCP config: {config.path}")
+    # names, states, errors and hints come from MCP servers (and mcp.json): a terminal escape or bidi
+    # override in them is shown as <U+XXXX>, never obeyed by the user's terminal
+    show = partial(visible, newlines=False)
+    print(f"MCP config: {show(str(config.path))}")
     if config.problems.get(""):
-        print(f"  note: {config.problems['']}")
+        print(f"  note: {show(str(config.problems['']))}")
     for s in servers:
         detail = s["error"] or (f"{s['tools']} tools, protocol {s['protocol_version']}" if s["state"] == "connected"
                                 else "")
-        print(f"  {s['name']:<20} {s['state']:<10} {s['source']}" + (f"\n    {detail}" if detail else ""))
+        print(f"  {show(str(s['name'])):<20} {show(str(s['state'])):<10} {show(str(s['source']))}"
+              + (f"\n    {show(str(detail))}" if detail else ""))
         if s["state"] == "connected" and version_note(s.get("protocol_version")):
-            print(f"    note: {version_note(s['protocol_version'])}")
+            print(f"    note: {show(str(version_note(s['protocol_version'])))}")
         for problem in s.get("problems") or []:
-            print(f"    skipped: {problem}")
+            print(f"    skipped: {show(str(problem))}")
     if tools:
         print("tools:")
         for t in tools:
             hints = ", ".join(f"{k}={v}" for k, v in t["hints"].items() if k != "title")
             pin = " (pinned)" if t["pinned"] else ""
-            print(f"  {t['name']:<40} {t['class']:<6}{pin}" + (f"  hints: {hints}" if hints else ""))
+            print(f"  {show(str(t['name'])):<40} {t['class']:<6}{pin}" + (f"  hints: {show(hints)}" if hints else ""))
     dropped = sorted(set(pins) - {(p["server"], p["tool"]) for p in pins_now})
     for server, tool in dropped:
-        print(f"pin dropped: {qualified_name(server, tool)} changed since it was pinned (it is write again)")
+        print(f"pin dropped: {show(qualified_name(server, tool))} changed since it was pinned (it is write again)")
     if not args.no_connect:
         return 0
     for p in pins_now:

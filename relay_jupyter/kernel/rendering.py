@@ -31,6 +31,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from ..core.visible import INVISIBLE, visible
+
 __all__ = ["ATTRIBUTES", "CHROME_TAGS", "SCHEMES", "TAGS", "bundle", "chrome_html", "code_html", "esc",
            "markdown_html", "text_html", "visible"]
 
@@ -66,36 +68,12 @@ _CHROME_STYLE = {"background-color", "color", "max-height", "overflow", "margin"
 _LANG = re.compile(r"language-[A-Za-z0-9_+#.-]{1,40}")
 _CHROME_CLASS = re.compile(r"relay-[a-z-]{1,30}")
 _SAFE_HREF = re.compile(r"(?:https?://|mailto:)", re.IGNORECASE)
-# characters that reorder or hide what a person reads: C0/C1 controls (a terminal escape, a carriage return
-# overwriting a line) and the bidi overrides/isolates of Trojan Source, shown as <U+XXXX>; ``strict`` (code,
-# names, arguments) also marks zero-width and direction marks, which prose in right-to-left scripts may use
-# (ZWJ/ZWNJ are never marked: emoji sequences and several scripts need them)
-_CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
-_INVISIBLE = re.compile(f"[{_CONTROL}]")
-_INVISIBLE_STRICT = re.compile(f"[{_CONTROL}\u200b\u200e\u200f\u2060-\u2064\ufeff]")
-
 CODE_LIMIT = 100_000
 """Characters of code shown in full by default (a longer code block is cut, with a note saying so)."""
 
 
-def _mark(match: re.Match[str]) -> str:
-    return f"<U+{ord(match.group()):04X}>"
-
-
 def _mark_html(match: re.Match[str]) -> str:
     return f"&lt;U+{ord(match.group()):04X}&gt;"
-
-
-def visible(text: str, *, strict: bool = True, newlines: bool = True) -> str:
-    """``text`` with control and bidi-override characters as ``<U+XXXX>`` (a terminal escape or a
-    right-to-left override cannot hide or reorder what a person reads); ``strict`` also marks zero-width
-    characters; ``newlines=False`` also shows ``\\n`` / ``\\t`` (names are one line). CRLF and a lone CR
-    count as a line break."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    out = (_INVISIBLE_STRICT if strict else _INVISIBLE).sub(_mark, text)
-    if not newlines:
-        out = out.replace("\n", "<U+000A>").replace("\t", "<U+0009>")
-    return out
 
 
 def esc(value: Any, *, newlines: bool = True) -> str:
@@ -154,7 +132,7 @@ def markdown_html(text: str) -> str:
     """Model Markdown as sanitised HTML (see the module docstring for what survives)."""
     rendered = _parser().render(visible(text, strict=False))
     # an entity (``&#x202e;``) decodes to the character after the first pass: mark what survived, as text
-    return _INVISIBLE.sub(_mark_html, str(_cleaner(False).clean(rendered)))
+    return INVISIBLE.sub(_mark_html, str(_cleaner(False).clean(rendered)))
 
 
 def text_html(text: str) -> str:
