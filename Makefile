@@ -62,8 +62,10 @@ hub-peers: $(HUB_VENV) $(PEERS)
 # Jupyter refuses to run as root without --allow-root (containers, CI machines): pass it only then.
 ROOT_FLAG := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
+# default_url: the URL Jupyter prints (and its open-file) opens the quickstart too, not the Launcher, for
+# a machine without a browser (ssh, container); `jupyter lab <file>` alone points only the browser there.
 lab: install labext
-	$(BIN)/jupyter lab $(ROOT_FLAG) notebooks/quickstart.ipynb
+	$(BIN)/jupyter lab $(ROOT_FLAG) --LabApp.default_url=/lab/tree/quickstart.ipynb notebooks/quickstart.ipynb
 
 lint: install-test
 	$(BIN)/lint-imports
