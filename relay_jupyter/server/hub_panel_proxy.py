@@ -36,6 +36,9 @@ _CLIENT_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _RPC_TIMEOUT = 120.0
 #: an event stream lives as long as the browser keeps it open; the service's heartbeats keep it moving
 _STREAM_MAX_BYTES = 1 << 62
+#: chunks written to the browser and not yet flushed: past this the browser is not reading and the stream is closed
+#: (it reconnects with ``since``, as after the service drops a slow subscriber); the proxy never buffers without end
+_MAX_UNFLUSHED = 256
 
 
 class _PanelProxy(APIHandler):
@@ -119,6 +122,13 @@ class PanelEventsProxy(_PanelProxy):
             url += "?since=" + quote(since, safe="")
         status: list[int] = []
         started = False
+        unflushed = 0
+
+        def flushed(done: Any) -> None:
+            nonlocal unflushed
+            unflushed -= 1
+            if not done.cancelled():
+                done.exception()  # a browser gone mid-write: seen here, not logged as never retrieved
 
         def on_header(line: str) -> None:
             if not status and line.startswith("HTTP/"):
@@ -126,18 +136,29 @@ class PanelEventsProxy(_PanelProxy):
                 if len(parts) >= 2 and parts[1].isdigit():
                     status.append(int(parts[1]))
 
+        refused: list[bytes] = []
+
         def on_chunk(chunk: bytes) -> None:
-            nonlocal started
+            nonlocal started, unflushed
             if self._closed:
                 raise _BrowserGone  # ends the service's stream (and its subscription) with the browser's
+            if status and status[0] != 200:  # not a stream (a bad `since`, a refused token): its one JSON answer
+                if sum(map(len, refused)) < 65536:
+                    refused.append(chunk)
+                return
             if not started:
                 started = True
-                self.set_status(status[0] if status else 200)
                 self.set_header("Content-Type", "text/event-stream; charset=utf-8")
                 self.set_header("Cache-Control", "no-cache, no-store")
                 self.set_header("X-Accel-Buffering", "no")
+            if unflushed >= _MAX_UNFLUSHED:  # a browser that does not read: end its stream, free the memory
+                self._closed = True
+                if self.request.connection is not None and self.request.connection.stream is not None:
+                    self.request.connection.stream.close()
+                raise _BrowserGone
             self.write(chunk)
-            self.flush()
+            unflushed += 1
+            self.flush().add_done_callback(flushed)
 
         client = AsyncHTTPClient(force_instance=True, max_body_size=_STREAM_MAX_BYTES)
         try:
@@ -153,6 +174,11 @@ class PanelEventsProxy(_PanelProxy):
             return
         if started:
             self.finish()
+            return
+        if refused and status:
+            self.set_status(status[0])
+            self.set_header("Content-Type", "application/json")
+            self.finish(b"".join(refused))
             return
         if response is None or response.code == 599:
             self._fail(502, "the relay hub service is not reachable; retry")

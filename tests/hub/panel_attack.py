@@ -97,10 +97,11 @@ class Stream:
         self.conn.close()
 
 
-def _pending(hub: Hub, token: str, client: str, timeout: float = 60) -> dict[str, Any]:
+def _pending(hub: Hub, token: str, client: str, run_id: str, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while not (pending := hub.rpc(token, "permission.pending", {}, client=client)["result"]["requests"]):
-        assert time.monotonic() < deadline, "no consent card"
+        assert time.monotonic() < deadline, ("no consent card", hub.rpc(token, "runs.get", {"run_id": run_id},
+                                                                        client=client))
         time.sleep(0.2)  # the run reaching its card in the service process
     [card] = pending
     return card
@@ -128,10 +129,10 @@ def attack(hub: Hub, srv: Any, jupyter_token: str, alice: str, bob: str, tokens:
         fake.enqueue(Reply(text("bob writes"), tool_use("run_code", {"code": "open('bob.txt', 'w').write('b')"})))
         bob_run = hub.rpc(tokens[bob], "run.start", {"conversation": "p", "prompt": "write"}, client=CLIENT)
         bob_run_id = bob_run["result"]["run_id"]
-        bob_card = _pending(hub, tokens[bob], CLIENT)
+        bob_card = _pending(hub, tokens[bob], CLIENT, bob_run_id)
         fake.enqueue(Reply(text("alice writes"), tool_use("run_code", {"code": "open('a.txt', 'w').write('a')"})))
         alice_run = hub.rpc(tokens[alice], "run.start", {"conversation": "p", "prompt": "write"}, client=CLIENT)
-        alice_card = _pending(hub, tokens[alice], CLIENT)
+        alice_card = _pending(hub, tokens[alice], CLIENT, alice_run["result"]["run_id"])
         alice_run_id = alice_run["result"]["run_id"]
 
         # what the panel lists: her origins' rows only, and they are there (not an empty answer)

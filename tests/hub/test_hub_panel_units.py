@@ -111,9 +111,21 @@ def test_list_methods_answer_a_panel_with_its_users_rows_only(tmp_path) -> None:
                     await call_method(broker, alice, method, params)
                 assert err.value.code.value in ("UNAUTHORIZED", "NOT_FOUND"), (method, err.value)
             assert (await call_method(broker, alice, "runs.get", {"run_id": "run-a.ipynb"}))["run"]["origin"] == A_NB
+            browser = Caller(kind=CallerKind.BROWSER, origin=None, client_id="browser:u:default", user="u")
+            # bob's newer rows do not crowd hers out of a short list (up to the method's maximum of the service's)
+            for n in range(150):
+                broker.store.run_started(f"bob-{n}", B_NB, "c1", {"originator": "x"})
+                await call_method(broker, kernel(B_NB), "grants.get", {})
+                await call_method(broker, kernel(B_NB), "audit.tail", {"n": 1})
+                await call_method(broker, kernel(B_NB), "trust.revoke", {})
+            assert [r["run_id"] for r in (await call_method(broker, alice, "runs.list", {"limit": 5}))["runs"]] \
+                == ["run-a.ipynb"]
+            newest = (await call_method(broker, browser, "audit.tail", {"n": 20}))["records"]
+            assert {r["origin"] for r in newest} == {B_NB}, newest  # bob's are the service's newest
+            short = (await call_method(broker, alice, "audit.tail", {"n": 1}))["records"]
+            assert len(short) == 1 and short[0]["origin"] == A_NB, short
             assert (await call_method(broker, alice, "budget.get", {"origin": A_NB})) is not None
             # a browser session of a single-user server still sees every origin of its server
-            browser = Caller(kind=CallerKind.BROWSER, origin=None, client_id="browser:u:default", user="u")
             assert len((await call_method(broker, browser, "grants.list", {}))["grants"]) == 3
         finally:
             broker.close()

@@ -485,6 +485,27 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
         hub.hub_api("DELETE", f"users/{ALICE}/server")
 
 
+def test_alices_panel_through_her_server_sees_and_answers_only_her_own(hub, tokens, fake, tmp_path: Path) -> None:
+    """(Before the last test, which leaves alice's and bob's team "race" spent.) The side panel on a hub (issue 15
+    items 3 and 4): alice's thin server passes relay/rpc and relay/events on to
+    the service with her hub token; with her Jupyter auth she lists only her origins' grants, runs, audit, telemetry,
+    trust and pending permissions, answers and cancels her own, cannot answer, cancel, revoke or kill bob's, and
+    sees none of bob's events live or in replay (tests/hub/panel_attack.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
+    from real_server import TOKEN, RealServer
+
+    from .panel_attack import attack
+
+    class Thin(RealServer):
+        def env(self) -> dict[str, str]:
+            env = super().env()
+            env.update(JUPYTERHUB_API_TOKEN=tokens[ALICE], JUPYTERHUB_USER=ALICE)
+            return env
+
+    with Thin(tmp_path, {"hub_service_url": f"{hub.url}/services/{SERVICE}/"}) as srv:
+        attack(hub, srv, TOKEN, ALICE, BOB, tokens, fake)
+
+
 def test_concurrent_runs_of_two_users_never_overspend_their_hub_groups_team(hub, tokens, fake) -> None:
     """Last in the module (it leaves the team "race" spent). The admin sets the team's limit from the terminal as
     the service's user (jupyter relay budget set --team); then 8 runs of alice and bob at once: exactly what the
@@ -526,22 +547,3 @@ def test_concurrent_runs_of_two_users_never_overspend_their_hub_groups_team(hub,
     assert race["day"]["tokens_limit"] == limit
     assert race["day"]["reserved_tokens"] == 0
 
-
-def test_alices_panel_through_her_server_sees_and_answers_only_her_own(hub, tokens, fake, tmp_path: Path) -> None:
-    """The side panel on a hub (issue 15 items 3 and 4): alice's thin server passes relay/rpc and relay/events on to
-    the service with her hub token; with her Jupyter auth she lists only her origins' grants, runs, audit, telemetry,
-    trust and pending permissions, answers and cancels her own, cannot answer, cancel, revoke or kill bob's, and
-    sees none of bob's events live or in replay (tests/hub/panel_attack.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
-    from real_server import TOKEN, RealServer
-
-    from .panel_attack import attack
-
-    class Thin(RealServer):
-        def env(self) -> dict[str, str]:
-            env = super().env()
-            env.update(JUPYTERHUB_API_TOKEN=tokens[ALICE], JUPYTERHUB_USER=ALICE)
-            return env
-
-    with Thin(tmp_path, {"hub_service_url": f"{hub.url}/services/{SERVICE}/"}) as srv:
-        attack(hub, srv, TOKEN, ALICE, BOB, tokens, fake)

@@ -82,6 +82,11 @@ class Request:
             return self.caller.acts_for(origin)
         return origin == self.origin
 
+    def reach(self, limit: int, most: int) -> int:
+        """How many rows a list method asks its store for: ``limit``, or ``most`` (the method's maximum) for a hub
+        user's panel that names no origin, whose rows :meth:`keep` then picks from the service's newest ``most``."""
+        return most if self.origin is None and self.caller.kind is CallerKind.PANEL else limit
+
     def keep(self, rows: Any) -> list[Any]:
         """``rows`` (dicts or records with an ``origin``) within this call's scope: a list method's answer."""
         if self.origin is not None or self.caller.kind is CallerKind.BROWSER:

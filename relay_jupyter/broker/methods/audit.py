@@ -16,6 +16,7 @@ __all__ = ["ACCESS", "rpc"]
 
 ACCESS = NOTEBOOK
 rpc = Namespace(ACCESS, "audit")
+_MOST = 1000  # AuditTailParams.n's maximum
 
 
 @rpc.method(Method.AUDIT_TAIL, AuditTailParams, AuditTailResult, scope=Scope.ANY,
@@ -23,5 +24,5 @@ rpc = Namespace(ACCESS, "audit")
 async def audit_tail(req: Request, params: AuditTailParams) -> AuditTailResult:
     # a worker thread: reading a big log is file I/O that must not stall the loop (issue 18); the
     # log's tail takes no lock an append needs (storage/audit_log.py)
-    records = await asyncio.to_thread(req.broker.audit.tail, params.n, origin=req.origin)
-    return AuditTailResult(records=req.keep(records))
+    records = await asyncio.to_thread(req.broker.audit.tail, req.reach(params.n, _MOST), origin=req.origin)
+    return AuditTailResult(records=req.keep(records)[-params.n:])
