@@ -105,7 +105,8 @@ class McpGateway:
             from tornado.httpserver import HTTPServer
             from tornado.web import Application
 
-            app = Application([(r"/mcp", GatewayHandler, {"gateway": self})], log_function=_log_request)
+            app = Application([(r"/mcp", GatewayHandler, {"gateway": self, "file_tokens": False})],
+                              log_function=_log_request)
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", 0))
@@ -140,13 +141,15 @@ class McpGateway:
         """Revoke every token of ``origin`` (its kernel ended, its grant was revoked)."""
         return self._sessions.drop(lambda s: s.origin == origin)
 
-    def authenticate(self, presented: str) -> GatewaySession | None:
+    def authenticate(self, presented: str, *, file_tokens: bool = True) -> GatewaySession | None:
+        """The session of a presented token. ``file_tokens=False`` (the loopback listener, for subprocesses
+        the broker starts) takes only the broker's in-process sessions, never a ``jupyter relay mcp-token``."""
         session = self._sessions.find(presented)
         if session is None:
             if not presented or len(presented) > MAX_KEY_CHARS:
                 return None
             digest = KeyRing.digest(presented)
-            return self._file_session(digest)
+            return self._file_session(digest) if file_tokens else None
         return session
 
     def _tokens_path(self) -> Path:
@@ -264,6 +267,12 @@ class McpGateway:
         return 200, _error(msg_id, -32601, "method not found")
 
 
+#: The one line a ``--notebook`` token gets where no side panel can answer its cards (the daemon, the hub service).
+_NO_PANEL = ("this gateway token is for a notebook of a Jupyter server (jupyter relay mcp-token --notebook): its "
+             "write cards appear in that server's side panel, and this broker has none; use the Jupyter server's "
+             "relay/mcp, or mint a daemon client's token: jupyter relay mcp-token --client NAME")
+
+
 def _text_result(text: str, is_error: bool) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
@@ -304,10 +313,17 @@ class GatewayHandler(RequestHandler):
     gateway token only: no cookie, no XSRF, no Jupyter login."""
 
     gateway: McpGateway
+    file_tokens: bool = True
+    """Whether ``jupyter relay mcp-token`` tokens open this mount (not the loopback listener: engines only)."""
+    panel_answers: bool = True
+    """Whether a browser session (the side panel) can answer the cards of a session with no originator (an
+    outside client's ``--notebook`` token). False on the daemon and the hub service: there such a token is
+    refused in one line rather than left to time out on every write."""
 
-    def initialize(self, gateway: McpGateway | None = None, **_: Any) -> None:
+    def initialize(self, gateway: McpGateway | None = None, file_tokens: bool = True, **_: Any) -> None:
         if gateway is not None:
             self.gateway = gateway
+        self.file_tokens = file_tokens
 
     def set_default_headers(self) -> None:
         self.clear_header("Server")
@@ -334,9 +350,12 @@ class GatewayHandler(RequestHandler):
             # cannot hold a token anyway
             self._refuse(403, _error(None, -32600, "cross-origin requests are refused"))
             return None
-        session = self.gateway.authenticate(_presented(self.request.headers))
+        session = self.gateway.authenticate(_presented(self.request.headers), file_tokens=self.file_tokens)
         if session is None:
             self._refuse(401, _UNAUTHORIZED, authenticate=True)
+            return None
+        if session.originator is None and not self.panel_answers:
+            self._refuse(403, _error(None, -32600, _NO_PANEL))
             return None
         return session
 
