@@ -288,9 +288,21 @@ class _EarlyBody:
         if not self._finished and not getattr(self, "relay_refused", False):  # type: ignore[attr-defined]
             self._relay_chunks = []
 
+    def relay_accept_oversized(self) -> None:
+        """An authenticated caller declared a body over ``relay_body_limit``: read it and drop every chunk
+        (nothing is kept), then answer 413 from the verb. Answering before it arrived would close the
+        connection under a client still sending, which SDKs report as a connection error, not the 413;
+        tornado's own cap (4x the limit) still closes a connection that sends more."""
+        self._relay_oversized = True
+        connection = getattr(self.request, "connection", None)  # type: ignore[attr-defined]
+        if connection is not None and hasattr(connection, "set_max_body_size"):
+            connection.set_max_body_size(self.relay_body_limit * 4)
+
+    _relay_oversized = False
+
     def data_received(self, chunk: bytes) -> None:
-        if self._relay_chunks is None or self._finished:  # type: ignore[attr-defined]
-            return  # never buffer an unauthenticated body
+        if self._relay_oversized or self._relay_chunks is None or self._finished:  # type: ignore[attr-defined]
+            return  # never buffer an unauthenticated (or an oversized) body
         self._relay_size += len(chunk)
         if self._relay_size > self.relay_body_limit:
             self._relay_chunks = None
@@ -306,6 +318,9 @@ class _EarlyBody:
         """Call first in the verb: answers a deferred refusal (False), else puts the body in ``request.body``."""
         if self._relay_deferred is not None:
             answer_exactly(self, *self._relay_deferred)  # type: ignore[arg-type]
+            return False
+        if self._relay_oversized and not self._finished:  # type: ignore[attr-defined]
+            self.relay_too_large()
             return False
         if self._finished or self._relay_chunks is None:  # type: ignore[attr-defined]
             return False
@@ -333,7 +348,10 @@ class _PlainModelKey(_EarlyBody):
             request.headers["Authorization"] = f"Bearer {key}"
         await super().prepare()  # type: ignore[misc]
         if not self.relay_refused:  # type: ignore[attr-defined]
-            if self.check_body_size():  # type: ignore[attr-defined]
+            length = request.headers.get("Content-Length", "")
+            if length.isascii() and length.isdigit() and int(length) > self.relay_body_limit:
+                self.relay_accept_oversized()
+            elif self.check_body_size():  # type: ignore[attr-defined]
                 self.relay_accept_body()
 
     def relay_too_large(self) -> None:
