@@ -97,6 +97,14 @@ class Stream:
         self.conn.close()
 
 
+def _subscribers(hub: Hub, token: str) -> int:
+    """The service's live SSE subscribers (its Prometheus gauge)."""
+    status, raw = hub.request("metrics", token=token, via_proxy=False)
+    assert status == 200, (status, raw[:200])
+    [line] = [x for x in raw.decode().splitlines() if x.startswith("relay_sse_subscribers ")]
+    return int(float(line.split()[1]))
+
+
 def _pending(hub: Hub, token: str, client: str, run_id: str, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while not (pending := hub.rpc(token, "permission.pending", {}, client=client)["result"]["requests"]):
@@ -120,6 +128,7 @@ def attack(hub: Hub, srv: Any, jupyter_token: str, alice: str, bob: str, tokens:
                 raise AssertionError(f"the panel proxy answered {resp.status} without Jupyter auth: {headers}")
         except urllib.error.HTTPError as exc:
             assert exc.code in (401, 403), (headers, exc.code)
+    baseline = _subscribers(hub, tokens[alice])  # the service's streams before alice's panel opens two
     live = panel.events()  # from now on, live
     bob_run_id = None
     try:
@@ -200,6 +209,11 @@ def attack(hub: Hub, srv: Any, jupyter_token: str, alice: str, bob: str, tokens:
         assert bob_card["event_id"] not in {e.get("id") for e in replay.seen}
     finally:
         replay.close()
+    # the browser's streams gone: so are the service's (at its next heartbeat at the latest), nothing left open
+    deadline = time.monotonic() + 60
+    while (now := _subscribers(hub, tokens[alice])) > baseline:  # (an earlier test's stream may end meanwhile)
+        assert time.monotonic() < deadline, (now, baseline)
+        time.sleep(0.5)  # the proxy ends the service's stream when it next writes to the gone browser
     # a bad `since` comes back as the service's one-line 400, not a stream
     try:
         urllib.request.urlopen(urllib.request.Request(srv.url + "relay/events?since=x",
