@@ -41,7 +41,7 @@ from ..core.types import PermissionMode, ToolClass
 from ..runtime.executor import refusal_of
 from ..runtime.tools import ToolIndex
 from .conversation_keys import conversation_key
-from .run_keys import MAX_KEY_CHARS, KeyRing
+from .run_keys import MAX_KEY_CHARS, KeyRing, listen_loopback
 from .tool_sources import tool_sources
 
 if TYPE_CHECKING:
@@ -100,21 +100,11 @@ class McpGateway:
 
     def _start(self) -> int:
         if self._port is None:
-            import socket
-
-            from tornado.httpserver import HTTPServer
             from tornado.web import Application
 
             app = Application([(r"/mcp", GatewayHandler, {"gateway": self, "file_tokens": False})],
                               log_function=_log_request)
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(64)
-            sock.setblocking(False)
-            server = HTTPServer(app, max_body_size=MAX_BODY_BYTES, xheaders=False)
-            server.add_sockets([sock])
-            self._server, self._port = server, sock.getsockname()[1]
+            self._server, self._port = listen_loopback(app, MAX_BODY_BYTES)
         return self._port
 
     async def session(self, origin: str, *, originator: str | None = None, run_id: str | None = None,

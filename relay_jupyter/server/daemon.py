@@ -47,6 +47,7 @@ from ..storage.paths import data_dir as default_data_dir
 from ..storage.paths import ensure_private_dir, runtime_dir
 from .daemon_auth import KERNEL_KEY_FILE, AuthLog, DaemonGate, KernelRegistry, TokenSource, ensure_token, token_path
 from .plain import make_app, shut_down
+from .server_state import pid_alive
 from .unix import PeerCheckingHTTPServer, bind_private_unix_socket
 
 __all__ = [
@@ -186,7 +187,7 @@ def read_states() -> list[dict[str, Any]]:
             pid = int(state["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             try:
                 path.unlink()
             except OSError:
@@ -194,16 +195,6 @@ def read_states() -> list[dict[str, Any]]:
             continue
         out.append({**state, "state_file": str(path)})
     return out
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Daemon:

@@ -25,7 +25,7 @@ from typing import Any
 from ..storage.atomic import atomic_write_json
 from ..storage.paths import ensure_private_dir, runtime_dir
 
-__all__ = ["STATE_PREFIX", "publish", "server_log_name", "server_states"]
+__all__ = ["STATE_PREFIX", "pid_alive", "publish", "server_log_name", "server_states"]
 
 STATE_PREFIX = "jpserver-relay-"
 
@@ -66,7 +66,8 @@ def publish(data_dir: Path, url: str, level: int) -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one that another user owns counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -86,6 +87,6 @@ def server_states() -> list[dict[str, Any]]:
             pid = int(state["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if _alive(pid):
+        if pid_alive(pid):
             out.append({**state, "state_file": str(path)})
     return out
