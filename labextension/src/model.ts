@@ -110,6 +110,41 @@ export function budgetMeters(usage: any): IMeter[] {
   return out;
 }
 
+// the team budgets of a notebook (issue 15 item 3): budget.get's `usage.teams` (present only where teams are
+// configured, docs/multi-user.md), one entry per team its user belongs to: "team NAME: 1,086 of 50,000 tokens,
+// $0.0226 of $10.00 today · 48,914 tokens, $9.97 left" and a meter per day limit the team has (a team without
+// limits: the line only). `team` is the broker's string as it is: the panel shows it through a text node only.
+export interface ITeamBudget {
+  team: string;
+  text: string;
+  meters: IMeter[];
+}
+
+export function teamBudgets(usage: any): ITeamBudget[] {
+  const teams = usage && typeof usage === 'object' && Array.isArray(usage.teams) ? usage.teams : [];
+  const out: ITeamBudget[] = [];
+  for (const row of teams) {
+    if (!row || typeof row !== 'object') {
+      continue;
+    }
+    const day = row.day && typeof row.day === 'object' ? row.day : {};
+    const left: string[] = [];
+    const leftTokens = Number(row.remaining_tokens);
+    if (row.remaining_tokens != null && Number.isFinite(leftTokens)) {
+      left.push(`${Math.max(0, leftTokens).toLocaleString('en-US')} tokens`);
+    }
+    const leftCost = Number(row.remaining_cost_usd);
+    if (row.remaining_cost_usd != null && Number.isFinite(leftCost)) {
+      left.push(`$${Math.max(0, leftCost).toFixed(2)}`);
+    }
+    const team = String(row.team ?? '');
+    const text = `team ${team}: ${usageLine(day).text}${left.length ? ` · ${left.join(', ')} left` : ' (no limit)'}`;
+    const meters = budgetMeters(day).map(m => ({ ...m, label: `team ${m.label}` }));
+    out.push({ team, text, meters });
+  }
+  return out;
+}
+
 // requests per session (issue 16 item 4): the telemetry rows (`telemetry.query`, one per model request through
 // relay/anthropic, relay/openai or a %%agent turn) grouped by (origin, session), newest session first. A row
 // without a session (none was resolved) is its own group per origin and source.

@@ -4,14 +4,14 @@
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
 import { Widget } from '@lumino/widgets';
 import {
-  auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, sessionLabel, sessionsOf, timeOf, usageLine,
-  visible
+  auditMatches, budgetMeters, IMeter, lineageLine, notebookOf, offeredChoices, sessionLabel, sessionsOf, teamBudgets,
+  timeOf, usageLine, visible
 } from './model';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
 
 export {
-  auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, offeredScopes, sessionLabel, sessionsOf, timeOf,
-  usageLine, visible
+  auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, offeredScopes, sessionLabel, sessionsOf,
+  teamBudgets, timeOf, usageLine, visible
 } from './model';
 
 interface IPending {
@@ -43,6 +43,18 @@ function el<K extends keyof HTMLElementTagNameMap>(
     node.append(typeof child === 'string' ? document.createTextNode(visible(child)) : child);
   }
   return node;
+}
+
+// a meter per day limit: <progress> with numbers only (no string of the broker's becomes markup); the label
+// (a team's name in it) is a text node
+function meterRow(meter: IMeter): HTMLElement {
+  const bar = el('progress', {
+    class: meter.over ? 'jp-relay-meter jp-relay-meter-over' : 'jp-relay-meter',
+    max: String(meter.limit),
+    value: String(Math.min(meter.used, meter.limit)),
+    title: visible(`${meter.label}: ${meter.used.toLocaleString('en-US')} of ${meter.limit.toLocaleString('en-US')}`)
+  });
+  return el('div', { class: 'jp-relay-meter-row' }, el('span', {}, meter.label), bar);
 }
 
 function codeOf(args: any): string | null {
@@ -364,14 +376,16 @@ export class RelayPanel extends Widget {
         cost += line.cost;
         usage = line.text;
         for (const meter of budgetMeters(got)) {
-          // a meter per day limit: <progress> with numbers only (no string of the broker's becomes markup)
-          const bar = el('progress', {
-            class: meter.over ? 'jp-relay-meter jp-relay-meter-over' : 'jp-relay-meter',
-            max: String(meter.limit),
-            value: String(Math.min(meter.used, meter.limit)),
-            title: `${meter.label}: ${meter.used.toLocaleString('en-US')} of ${meter.limit.toLocaleString('en-US')}`
-          });
-          meters.append(el('div', { class: 'jp-relay-meter-row' }, el('span', {}, meter.label), bar));
+          meters.append(meterRow(meter));
+        }
+        // the teams the notebook's user draws from with it (usage.teams: only where teams are configured)
+        for (const team of teamBudgets(got)) {
+          const block = el('div', { class: 'jp-relay-team' },
+            el('div', { class: 'jp-relay-team-line', title: visible(team.text) }, team.text));
+          for (const meter of team.meters) {
+            block.append(meterRow(meter));
+          }
+          meters.append(block);
         }
       } catch {
         usage = '';

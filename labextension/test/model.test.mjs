@@ -126,3 +126,46 @@ test('sessions: requests per (origin, session) with tokens, cost, lineage and fa
   assert.equal(sessionLabel(null), '(none)');
   assert.equal(sessionLabel('x'.repeat(100)).length, 40);
 });
+
+test('team budgets: none without usage.teams, a line and day meters per team, a line only without limits', async () => {
+  const { teamBudgets } = await import('../lib/model.js');
+  // no teams configured: budget.get has no `teams` key; garbage is no team either
+  assert.deepEqual(teamBudgets({ tokens: 5, tokens_limit: 10 }), []);
+  assert.deepEqual(teamBudgets(undefined), []);
+  assert.deepEqual(teamBudgets({ teams: [] }), []);
+  assert.deepEqual(teamBudgets({ teams: 'data' }), []);
+  assert.deepEqual(teamBudgets({ teams: [null, 7, 'x'] }), []);
+  // one team with day limits (the shape of core/budgets.py team_usage)
+  const day = (over) => ({ key: '2026-12-01', tokens: 1086, cost_usd: 0.0226, reserved_tokens: 0,
+    reserved_cost_usd: 0, tokens_limit: 50000, cost_limit: 10, ...over });
+  const one = teamBudgets({ teams: [{ team: 'data-science', day: day({}), month: day({ key: '2026-12' }),
+    remaining_tokens: 48914, remaining_cost_usd: 9.9774 }] });
+  assert.deepEqual(one, [{
+    team: 'data-science',
+    text: 'team data-science: 1,086 of 50,000 tokens, $0.0226 of $10.00 today · 48,914 tokens, $9.98 left',
+    meters: [
+      { label: 'team tokens today', used: 1086, limit: 50000, fraction: 1086 / 50000, over: false },
+      { label: 'team cost today (USD)', used: 0.0226, limit: 10, fraction: 0.00226, over: false }
+    ]
+  }]);
+  // a team without limits: its usage, no meter, "(no limit)"; a spent team: its meter over, 0 left
+  const two = teamBudgets({ teams: [
+    { team: 'open', day: day({ tokens_limit: null, cost_limit: null }), remaining_tokens: null, remaining_cost_usd: null },
+    { team: 'spent', day: day({ tokens: 60000 }), remaining_tokens: 0, remaining_cost_usd: null }
+  ] });
+  assert.equal(two[0].text, 'team open: 1,086 tokens, $0.0226 today (no limit)');
+  assert.deepEqual(two[0].meters, []);
+  assert.equal(two[1].text, 'team spent: 60,000 of 50,000 tokens, $0.0226 of $10.00 today · 0 tokens left');
+  assert.deepEqual(two[1].meters.map(m => [m.label, m.fraction, m.over]),
+    [['team tokens today', 1, true], ['team cost today (USD)', 0.00226, false]]);
+  // a month-only limit: the line says what is left, no day meter; bad figures are never NaN
+  const month = teamBudgets({ teams: [{ team: 'm', day: day({ tokens_limit: null, cost_limit: null }),
+    remaining_tokens: 'x', remaining_cost_usd: 4 }] });
+  assert.equal(month[0].text, 'team m: 1,086 tokens, $0.0226 today · $4.00 left');
+  assert.deepEqual(month[0].meters, []);
+  assert.equal(teamBudgets({ teams: [{ team: 'z', day: 'bad' }] })[0].text, 'team z: 0 tokens, $0.0000 today (no limit)');
+  // the name is the broker's string as it is (the panel shows it through a text node, visible())
+  const hostile = '<img src=x onerror=alert(1)>\u202e';
+  assert.equal(teamBudgets({ teams: [{ team: hostile, day: day({}) }] })[0].team, hostile);
+  assert.ok(!teamBudgets({ teams: [{ team: {}, day: {} }] })[0].text.includes('{'));
+});
