@@ -5,7 +5,8 @@ keeps what produced the answer: run id, conversation, backend, model, mode, toke
 cache creation, cache read), cost, duration, outcome, and every tool call with its class, the
 decision, who decided (the person's session, a reviewer model, the grant, the gate) and the
 digests the consent card was bound to, plus the checkpoint ids of the files a run pushed. The cell's
-footer line (``✓ done · 2.1 s · 1,234 tokens · $0.01 · `model` via backend · 2 tool calls · run ...``)
+footer line (``✓ done · 2.1 s · 1,234 tokens · $0.01 · `model` via backend · 2 tool calls · run ...``; the
+backend is not repeated when it is the model's name)
 reads the same in a saved notebook and in ``jupyter nbconvert --to html``, and its **output metadata**
 carries the record under :data:`METADATA_KEY` (``{"relay": {"provenance": {...}}}``, schema
 :data:`SCHEMA_VERSION`). The record rides on the footer's own output (no extra message: the cell's
@@ -151,10 +152,13 @@ class ProvenanceRecorder:
 
 def footer_suffix(record: dict[str, Any]) -> str:
     """What the cell's footer line adds from the record (Markdown): model and backend, tool calls, checkpoints.
-    The model name comes from the broker: shown as code, backticks and line breaks removed."""
+    The model name comes from the broker: shown as code, backticks and line breaks removed. The backend is
+    named once when it is the model's name too (the demo backend's model is ``demo``: "`demo` via demo" read
+    as a stutter)."""
     model = " ".join(str(record.get("model") or "?").replace("`", "'").split())[:80]
+    backend = " ".join(str(record.get("backend") or "?").replace("`", "'").split())[:80]
     calls = len(record.get("tool_calls") or [])
-    out = f" · `{model}` via {record.get('backend') or '?'}"
+    out = f" · `{model}`" if backend == model else f" · `{model}` via {backend}"
     if calls:
         out += f" · {calls} tool call{'' if calls == 1 else 's'}"
     checkpoints = record.get("checkpoints") or []

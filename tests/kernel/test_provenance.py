@@ -87,7 +87,8 @@ def test_each_answer_carries_its_provenance_and_relay_provenance_reads_it(server
     assert all(c["duration_ms"] is not None and c["is_error"] is False for c in record["tool_calls"])
     # the footer the record rides on reads in a saved notebook: model, backend, tool calls, run; nothing secret
     footer = shown["data"]["text/plain"]
-    assert "✓ *done*" in footer and "`demo` via demo" in footer and f"{len(tools)} tool calls" in footer, footer
+    assert "✓ *done*" in footer and "· `demo` ·" in footer and f"{len(tools)} tool calls" in footer, footer
+    assert "via demo" not in footer, footer  # the demo backend's model is "demo": named once
     assert record["run_id"] in shown["data"]["text/html"]
     blob = json.dumps(record)
     assert credential not in blob and "arguments" not in blob and "sales" not in blob
@@ -131,7 +132,8 @@ def test_each_answer_carries_its_provenance_and_relay_provenance_reads_it(server
                            str(server.root / "prov.ipynb")], capture_output=True, text=True, timeout=120,
                           env=server.env())
     assert html.returncode == 0, html.stderr[-2000:]
-    assert "via demo" in html.stdout and record["run_id"] in html.stdout and push["checkpoints"][0] in html.stdout
+    assert "<code>demo</code>" in html.stdout and "via demo" not in html.stdout
+    assert record["run_id"] in html.stdout and push["checkpoints"][0] in html.stdout
 
 
 def test_a_failed_answer_records_its_outcome(server: RealServer) -> None:
@@ -146,3 +148,16 @@ def test_a_failed_answer_records_its_outcome(server: RealServer) -> None:
     assert record["outcome"] in text_of(msgs)
     errors = [m for m in msgs if m["msg_type"] == "error"]
     assert len(errors) == 1 and "cannot read the notebook" in text_of(msgs) and "Traceback" not in text_of(msgs)
+
+
+def test_the_footer_names_the_backend_once_when_it_is_the_models_name() -> None:
+    """ "`demo` via demo" read as a stutter (a fresh-clone check): the demo backend's model is ``demo``."""
+    from relay_jupyter.kernel.provenance import footer_suffix
+
+    assert footer_suffix({"model": "demo", "backend": "demo"}) == " · `demo`"
+    assert footer_suffix({"model": "claude-x", "backend": "anthropic", "tool_calls": [{}]}) == \
+        " · `claude-x` via anthropic · 1 tool call"
+    assert footer_suffix({}) == " · `?`"
+    assert footer_suffix({"model": "m"}) == " · `m` via ?"
+    # neither name can close the code span or break the footer line
+    assert footer_suffix({"model": "a`b\nc", "backend": "x`\ny"}) == " · `a'b c` via x' y"
