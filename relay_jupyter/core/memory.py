@@ -40,6 +40,7 @@ __all__ = [
     "MemoryRunJournal",
     "MemoryStore",
     "charge_totals",
+    "append_start",
     "check_amount",
     "check_call_intent",
     "check_conversation",
@@ -186,6 +187,17 @@ def check_finish(state: Any, meta: Any) -> None:
         raise ValueError("a finished run needs a terminal state, not 'running'")
     if meta is not None:
         check_dict("meta", meta)
+
+
+def append_start(conv_id: str, count: int, start: int, *, replace: bool) -> int:
+    """Where a conversation write of messages from ``start`` begins, given the ``count`` stored: 0 when it
+    replaces the whole history; ``start`` otherwise (the messages from there on are rewritten). ``ValueError``
+    when ``start`` would leave a gap after the stored messages."""
+    if replace:
+        return 0
+    if start > count:
+        raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
+    return start
 
 
 def check_conversation(conv_id: Any, origin: Any, name: Any, messages: Any, meta: Any) -> None:
@@ -667,9 +679,8 @@ class MemoryStore:
         with self.transaction():
             old = self._conversations.get(conv_id)
             now = self.now()
-            kept = [] if old is None or replace else old["messages"][:start]
-            if len(kept) < start:
-                raise ValueError(f"conversation {conv_id!r} has {len(kept)} messages; cannot append at {start}")
+            stored = [] if old is None else old["messages"]
+            kept = stored[:append_start(conv_id, len(stored), start, replace=replace)]
             self._put(self._conversations, conv_id, {
                 "conv_id": conv_id, "origin": origin, "name": name, "messages": kept + fresh,
                 "meta": _json_copy(meta), "created_at": now if old is None else old["created_at"],

@@ -52,7 +52,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from ..core.memory import check_event_items, new_hold_id
+from ..core.memory import append_start, check_event_items, new_hold_id
 from ..core.teams import TEAM_PREFIX
 from ..core.types import AuditRecord, Event
 from ..protocol.names import EventType
@@ -528,10 +528,7 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
                 "message_count = conversations.message_count RETURNING message_count",
                 (conv_id, origin, name, dumps(meta), now, now)).fetchone()
             count = int(row[0])
-            if replace:
-                start = 0
-            elif start > count:
-                raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
+            start = append_start(conv_id, count, start, replace=replace)
             if start < count:
                 conn.execute("DELETE FROM conversation_messages WHERE conv_id = %s AND seq >= %s", (conv_id, start))
             if bodies:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core.memory import new_hold_id
+from ..core.memory import append_start, new_hold_id
 from ._db import check_amount, check_text, dumps
 from .checkpoints import CheckpointJournal
 from .events import EventsMixin
@@ -96,10 +96,7 @@ class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMix
         with self.transaction() as conn:
             row = conn.execute("SELECT message_count FROM conversations WHERE conv_id = ?", (conv_id,)).fetchone()
             count = 0 if row is None else int(row[0])
-            if replace:
-                start = 0
-            elif start > count:
-                raise ValueError(f"conversation {conv_id!r} has {count} messages; cannot append at {start}")
+            start = append_start(conv_id, count, start, replace=replace)
             if start < count:
                 conn.execute("DELETE FROM conversation_messages WHERE conv_id = ? AND seq >= ?", (conv_id, start))
             conn.executemany("INSERT INTO conversation_messages (conv_id, seq, body) VALUES (?,?,?)",
