@@ -19,7 +19,7 @@ from relay_jupyter.broker.conversation_keys import conversation_key
 from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
-from relay_jupyter.testing import FakeAnthropic
+from relay_jupyter.testing import FakeAnthropic, Reply
 
 # hypothesis' pytest plugin imports hypothesis at the session's end when no test did; after these tests, on
 # CPython 3.11.7, assertion-rewriting it has died with "SystemError: AST constructor recursion depth
@@ -134,3 +134,12 @@ def processes_under(directory: Path) -> list[int]:
         if state not in ("Z", "X") and (cwd.startswith(prefix) or prefix in cmd):
             found.append(int(entry))
     return found
+
+
+@pytest.fixture
+def fake():
+    """The fake Anthropic upstream of a test (the broker's key; unscripted requests get a fixed reply).
+    Import it into a test module to use it (``from .claude_code_rig import fake``)."""
+    with FakeAnthropic(api_key=KEY, default=Reply("(fake) nothing scripted")) as server:
+        yield server
+

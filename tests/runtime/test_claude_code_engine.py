@@ -26,6 +26,8 @@ from relay_jupyter.core.types import Grant
 from relay_jupyter.protocol.names import TERMINAL_EVENTS, EventType
 from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
 
+from .claude_code_rig import fake  # noqa: F401  (the fixture)
+
 pytest.importorskip("claude_agent_sdk")
 
 KEY = "sk-ant-broker-key-claude-code-0123456789"
@@ -46,12 +48,6 @@ def _isolated() -> bool:
 
 pytestmark = [pytest.mark.peer, pytest.mark.asyncio,
               pytest.mark.skipif(not _isolated(), reason="run in a network namespace: make test-claude-code")]
-
-
-@pytest.fixture
-def fake():
-    with FakeAnthropic(api_key=KEY, default=Reply("(fake) nothing scripted")) as server:
-        yield server
 
 
 @pytest.fixture

@@ -23,19 +23,14 @@ from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.broker.mcp_gateway import mcp_gateway_of
 from relay_jupyter.core.types import Grant, ToolClass
 from relay_jupyter.protocol.names import EventType
-from relay_jupyter.testing import FakeAnthropic, Reply, tool_use
+from relay_jupyter.testing import Reply, tool_use
 
-from .claude_code_rig import KEY, MODEL, NB, ONLY_ISOLATED, answer, close, events, result_text, terminal, tool_results
+from .claude_code_rig import (KEY, MODEL, NB, ONLY_ISOLATED, answer, close, events, fake, result_text,
+                              terminal, tool_results)
 
 pytest.importorskip("claude_agent_sdk")
 
 pytestmark = [pytest.mark.peer, pytest.mark.asyncio, ONLY_ISOLATED]
-
-
-@pytest.fixture
-def fake():
-    with FakeAnthropic(api_key=KEY, default=Reply("(fake) nothing scripted")) as server:
-        yield server
 
 
 async def _broker(tmp_path, fake) -> Broker:

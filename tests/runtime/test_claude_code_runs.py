@@ -18,20 +18,14 @@ from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.core.types import Budget, Grant
 from relay_jupyter.protocol.names import EventType
-from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
+from relay_jupyter.testing import Reply, text, tool_use
 
-from .claude_code_rig import (KEY, MODEL, NB, ONLY_ISOLATED, answer, close, events, open_request, result_text,
-                              terminal, terminal_data, tool_results, workspace)
+from .claude_code_rig import (KEY, MODEL, NB, ONLY_ISOLATED, answer, close, events, fake, open_request,
+                              result_text, terminal, terminal_data, tool_results, workspace)
 
 pytest.importorskip("claude_agent_sdk")
 
 pytestmark = [pytest.mark.peer, pytest.mark.asyncio, ONLY_ISOLATED]
-
-
-@pytest.fixture
-def fake():
-    with FakeAnthropic(api_key=KEY, default=Reply("(fake) nothing scripted")) as server:
-        yield server
 
 
 def _broker(tmp_path, fake, *, budget: Budget | None = None, max_steps: int | None = None) -> Broker:

@@ -20,20 +20,15 @@ from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.broker.dispatch import call_method
 from relay_jupyter.core.types import Budget, Grant
 from relay_jupyter.protocol.names import EventType
-from relay_jupyter.testing import FakeAnthropic, Reply, tool_use
+from relay_jupyter.testing import Reply, tool_use
 from relay_jupyter.testing.script import Usage
 
-from .claude_code_rig import KEY, MODEL, NB, ONLY_ISOLATED, close, events, terminal, terminal_data, workspace
+from .claude_code_rig import (KEY, MODEL, NB, ONLY_ISOLATED, close, events, fake, terminal, terminal_data,
+                              workspace)
 
 pytest.importorskip("claude_agent_sdk")
 
 pytestmark = [pytest.mark.peer, pytest.mark.asyncio, ONLY_ISOLATED]
-
-
-@pytest.fixture
-def fake():
-    with FakeAnthropic(api_key=KEY, default=Reply("(fake) nothing scripted")) as server:
-        yield server
 
 
 def _broker(tmp_path, fake, cap: int | None) -> Broker:
