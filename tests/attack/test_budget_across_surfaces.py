@@ -35,14 +35,6 @@ EACH = 6  # per door
 ABSURD = Usage(input_tokens=10**9, output_tokens=10**9)
 
 
-def _rpc(daemon: Daemon, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    conn = daemon.connect()
-    try:
-        return conn.rpc(method, params, {"Authorization": f"Bearer {daemon.token()}", "X-Relay-Client": "agent"})
-    finally:
-        conn.close()
-
-
 def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(tmp_path: Path) -> None:
     slow = dict(usage=ABSURD, first_token_delay=0.4)
     with FakeAnthropic(api_key=KEY_A, models=(MODEL_A,), default=Reply(text("spent"), **slow)) as fake_a, \
@@ -91,7 +83,7 @@ def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(tmp_path: 
 
             def via_rpc(n: int) -> None:
                 go.wait()
-                answer = _rpc(daemon, "run.start", {"conversation": f"race{n}", "prompt": "spend",
+                answer = daemon.rpc("run.start", {"conversation": f"race{n}", "prompt": "spend",
                                                     "model": MODEL_A, "max_tokens": 400, "mode": "full"})
                 with lock:
                     if "result" in answer:
@@ -112,14 +104,14 @@ def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(tmp_path: 
             deadline = time.monotonic() + 90
             runs: list[dict[str, Any]] = []
             while time.monotonic() < deadline:
-                runs = [_rpc(daemon, "runs.get", {"run_id": r})["result"]["run"] for r in run_ids]
+                runs = [daemon.rpc("runs.get", {"run_id": r})["result"]["run"] for r in run_ids]
                 if all(r["state"] not in ("running", "pending", "waiting") for r in runs):
                     break
                 time.sleep(0.2)
             states = [r["state"] for r in runs]
             assert all(s in ("done", "budget_exhausted") for s in states), states
 
-            usage = _rpc(daemon, "budget.get", {})["result"]["usage"]
+            usage = daemon.rpc("budget.get", {})["result"]["usage"]
         finally:
             daemon.stop()
 

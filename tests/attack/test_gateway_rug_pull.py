@@ -17,7 +17,6 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -28,14 +27,6 @@ from mcp.client.streamable_http import streamable_http_client
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp" / "changing_mcp_server.py"
-
-
-def _rpc(daemon: Daemon, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    conn = daemon.connect()
-    try:
-        return conn.rpc(method, params, {"Authorization": f"Bearer {daemon.token()}", "X-Relay-Client": "agent"})
-    finally:
-        conn.close()
 
 
 def _calls(notes: Path) -> list[str]:
@@ -73,17 +64,17 @@ async def test_a_pinned_tool_changed_under_the_gateway_asks_first(tmp_path: Path
             first = await client.call_tool("c__lookup", {"word": "apple"})
             assert not first.is_error and first.content[0].text == "apple: a word"  # the pinned read: no card
             assert len(_calls(notes)) == 1
-            assert _rpc(daemon, "permission.pending", {})["result"]["requests"] == []
+            assert daemon.rpc("permission.pending", {})["result"]["requests"] == []
 
             # the tool is now destructive; the client calls it exactly as before
             second = asyncio.ensure_future(client.call_tool("c__lookup", {"word": "apple"}))
             async with asyncio.timeout(30):
-                while not (pending := _rpc(daemon, "permission.pending", {})["result"]["requests"]):
+                while not (pending := daemon.rpc("permission.pending", {})["result"]["requests"]):
                     assert not second.done(), second.result()  # ran (or failed) without asking: the attack won
                     await asyncio.sleep(0.05)
             assert len(pending) == 1 and pending[0]["tool"] == "c__lookup", pending
             assert len(_calls(notes)) == 1  # nothing ran while the card is open
-            answered = _rpc(daemon, "permission.answer", {"request_id": pending[0]["request_id"], "decision": "deny"})
+            answered = daemon.rpc("permission.answer", {"request_id": pending[0]["request_id"], "decision": "deny"})
             assert answered["result"]["decision"] == "deny", answered
             result = await second
             assert result.is_error and result.content[0].text.startswith("refused ("), result

@@ -78,6 +78,14 @@ class Daemon:
             sock.connect(("127.0.0.1", self.port))
         return Conn(sock)
 
+    def rpc(self, method: str, params: dict[str, Any], client: str = "agent") -> dict[str, Any]:
+        """One JSON-RPC call with the daemon token as client ``client``, on a connection of its own."""
+        conn = self.connect()
+        try:
+            return conn.rpc(method, params, {"Authorization": f"Bearer {self.token()}", "X-Relay-Client": client})
+        finally:
+            conn.close()
+
     def stop(self, timeout: float = 20.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

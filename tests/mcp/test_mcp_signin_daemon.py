@@ -31,17 +31,9 @@ from daemon_harness import Daemon, env_for, relay_cmd, run_cli, start_daemon  # 
 pytestmark = pytest.mark.slow
 
 
-def _rpc(daemon: Daemon, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    conn = daemon.connect()
-    try:
-        return conn.rpc(method, params, {"Authorization": f"Bearer {daemon.token()}", "X-Relay-Client": "agent"})
-    finally:
-        conn.close()
-
-
 def _tools(daemon: Daemon) -> list[dict[str, Any]]:
     try:
-        return _rpc(daemon, "tools.list", {})["result"]["tools"]
+        return daemon.rpc("tools.list", {})["result"]["tools"]
     except TimeoutError:  # a loaded machine: ask again
         return []
 
@@ -92,9 +84,9 @@ def test_the_daemon_signs_in_through_the_terminal_command(tmp_path: Path) -> Non
             needs = next(line for line in _log(daemon).splitlines() if "jupyter relay mcp-signin remote" in line)
             assert "needs sign-in (HTTP 401, OAuth): sign in at a terminal with: jupyter relay mcp-signin remote" \
                 in needs and "could not be reached" not in needs
-            listed = _rpc(daemon, "tools.list", {})["result"]["tools"]
+            listed = daemon.rpc("tools.list", {})["result"]["tools"]
             assert not [t for t in listed if t["name"].startswith("remote__")]
-            refused = _rpc(daemon, "mcp.sign_in", {"server": "remote"})["error"]
+            refused = daemon.rpc("mcp.sign_in", {"server": "remote"})["error"]
             assert "jupyter relay mcp-signin remote" in refused["message"] and "\n" not in refused["message"]
             assert oauth.provider.authorized == 0
 
