@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -57,8 +58,18 @@ _WHY_CREDENTIAL = ("relay never lets the agent read a credential (its bytes woul
                    "provider) or write one, even with approval")
 
 
+def _fold_name(name: str) -> str:
+    """One name as the matcher compares it: NFKC, case-folded, NFKC again (Unicode's NFKC_Casefold
+    without its removal of ignorables, which ``wspaths`` refuses outright). macOS file systems are
+    normalization-insensitive (``cafe\u0301`` and ``caf\u00e9`` name one file) and case-insensitive
+    (``\u212a`` is ``k``); compatibility forms (full-width ``\uff0essh``) are folded too, which only
+    refuses more."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
 def _fold(parts: Iterable[str]) -> tuple[str, ...]:
-    return tuple(p.casefold() for p in parts)
+    # a full-width solidus folds to "/": split there, so ".ssh\uff0fid_rsa" is matched as ".ssh", "id_rsa"
+    return tuple(q for p in parts for q in ((p,) if p == "/" else _fold_name(p).split("/")) if q)
 
 
 def _inside(child: tuple[str, ...], parent: tuple[str, ...]) -> bool:
@@ -105,7 +116,7 @@ class ProtectedPaths:
         for g in secret_globs:
             if not isinstance(g, str) or not g.strip("/"):
                 raise ConfigRefusal(Code.CONFIG_INVALID, f"secret_globs: {g!r} is not a glob")
-            (path_globs if "/" in g.strip("/") else name_globs).append(g.strip("/").casefold())
+            (path_globs if "/" in g.strip("/") else name_globs).append(_fold_name(g.strip("/")))
         self._name_globs = tuple(CREDENTIAL_GLOBS) + tuple(name_globs)
         self._path_globs = tuple(path_globs)
 
