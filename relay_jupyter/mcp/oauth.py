@@ -86,6 +86,10 @@ class FileTokenStore:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self._write({**self._read(), "client": client_info.model_dump(mode="json", exclude_none=True)})
 
+    def has_tokens(self) -> bool:
+        """Whether tokens are stored (their values are never shown)."""
+        return bool(self._read().get("tokens"))
+
     def forget_client_unless(self, redirect_uri: str) -> bool:
         """Drop a stored client registration whose redirect URIs do not include ``redirect_uri`` (a sign-in from
         another place: the terminal's loopback listener, the Jupyter server's route), with the tokens issued to

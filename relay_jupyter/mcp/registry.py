@@ -26,6 +26,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from ..core.classify import classify
 from ..core.errors import Code, RoutingRefusal
@@ -72,6 +73,8 @@ class _Server:
     connection: McpConnection
     tools: dict[str, DiscoveredTool] = field(default_factory=dict)
     error: str | None = None
+    error_reason: str | None = None
+    """``McpToolError.reason`` of the last failure (``auth``: a 401/403; the side panel's sign-in list)."""
     problems: list[str] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     listed_at: float = 0.0
@@ -166,6 +169,7 @@ class McpRegistry:
                     if attempt == 1 and was_connected and exc.reason in ("exited", "closed"):
                         continue
                     server.error = exc.message
+                    server.error_reason = exc.reason
                     server.tools = {}
                     logger.warning("MCP server %r unavailable: %s", server.config.name, exc.message)
                     return False
@@ -176,6 +180,7 @@ class McpRegistry:
             server.tools = {tool.spec.name: tool for tool in found}
             server.problems = problems
             server.error = None
+            server.error_reason = None
             return True
 
     async def refresh(self, server: str | None = None) -> None:
@@ -229,6 +234,48 @@ class McpRegistry:
 
                 server.retry = loop.create_task(self._connect(server))
                 server.retry.add_done_callback(done)
+
+    async def disconnect(self, name: str) -> None:
+        """Close server ``name``'s connection (sign-out: a live session must not outlast the forgotten token)."""
+        server = self._servers.get(name)
+        if server is not None:
+            async with server.lock:
+                await server.connection.close(force=True)
+                server.tools = {}
+
+    def sign_ins(self) -> list[dict[str, Any]]:
+        """The servers that sign in with OAuth here (HTTP, no ``Authorization`` header in mcp.json) and where each
+        stands, for the side panel's "Sign in to <server>" list (RPC ``mcp.sign_ins``): ``state`` is
+        ``needs_sign_in`` (its last connect was answered 401/403), ``pending`` (a sign-in is waiting for the
+        person: its ``sign_in_id`` and the link), ``signed_in`` (connected), ``unavailable`` (failed for another
+        reason: ``message``) or ``not_connected`` (not tried yet, or stopped). Never a token: only whether the
+        broker holds one (``has_token``)."""
+        sign_in = getattr(self, "sign_in", None)
+        if sign_in is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for name, server in self._servers.items():
+            cfg = server.config
+            if server.connection.http_auth is None or not isinstance(cfg, HttpServerConfig):
+                continue
+            pending = sign_in.active(name)
+            entry: dict[str, Any] = {"server": name, "host": urlsplit(cfg.url).hostname or "",
+                                     "has_token": sign_in.store(cfg.name, cfg.url).has_tokens(),
+                                     "message": "", "sign_in_id": None, "authorization_url": None}
+            if pending is not None and pending.url.done() and not pending.url.cancelled() \
+                    and pending.url.exception() is None:
+                entry.update(state="pending", sign_in_id=pending.sign_in_id, authorization_url=pending.url.result(),
+                             message="open the link to sign in")
+            elif server.connection.connected:
+                entry.update(state="signed_in", message=f"{len(server.tools)} tools")
+            elif server.error is not None and server.error_reason == "auth":
+                entry.update(state="needs_sign_in", message=server.error[:500])
+            elif server.error is not None:
+                entry.update(state="unavailable", message=server.error[:500])
+            else:
+                entry.update(state="not_connected")
+            out.append(entry)
+        return out
 
     async def start_sign_in(self, name: str, *, timeout: float = 600.0, url_wait: float = 30.0) -> Any:
         """Start signing in to ``name``: returns the :class:`~relay_jupyter.mcp.signin.SignInPending` once the

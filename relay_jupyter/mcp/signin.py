@@ -129,6 +129,10 @@ class BrokerSignIn:
         self._by_id[pending.sign_in_id] = pending
         return pending
 
+    def active(self, server: str) -> SignInPending | None:
+        """The sign-in in progress for ``server`` (None when none is)."""
+        return self._active.get(server)
+
     def get(self, sign_in_id: str) -> SignInPending | None:
         return self._by_id.get(sign_in_id)
 

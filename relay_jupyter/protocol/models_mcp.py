@@ -10,7 +10,7 @@ from .strict import Strict
 
 __all__ = ["McpPromptArgument", "McpPromptGetParams", "McpPromptGetResult", "McpPromptInfo", "McpPromptMessage",
            "McpPromptsListParams", "McpPromptsListResult", "McpServerParams", "McpSignInResult",
-           "McpSignInWaitParams", "McpSignOutResult"]
+           "McpSignInWaitParams", "McpSignInsEntry", "McpSignInsResult", "McpSignOutResult"]
 
 _SERVER = Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
@@ -38,6 +38,25 @@ class McpSignInResult(Strict):
 class McpSignOutResult(Strict):
     server: str
     signed_out: bool
+
+
+class McpSignInsEntry(Strict):
+    """One HTTP MCP server that signs in with OAuth here, for the side panel's "Sign in to <server>" list."""
+
+    server: str
+    host: str
+    """The server's host (the panel names it; the URL's path and query are not shown)."""
+    state: Literal["needs_sign_in", "pending", "signed_in", "unavailable", "not_connected"]
+    has_token: bool
+    """Whether the broker holds a token for it (never the token)."""
+    sign_in_id: str | None = None
+    authorization_url: str | None = None
+    """``pending`` only: the link of the sign-in in progress (as ``mcp.sign_in`` answered it)."""
+    message: str = ""
+
+
+class McpSignInsResult(Strict):
+    servers: list[McpSignInsEntry]
 
 
 # -- prompts (``%agent --prompt server:name``; docs/mcp.md "Prompts") ---------------------------------------------

@@ -22,6 +22,7 @@ class Method:
     MCP_SIGN_IN = "mcp.sign_in"          # {server} -> {sign_in_id, server, state, authorization_url?, message}
     MCP_SIGN_IN_WAIT = "mcp.sign_in_wait"  # {sign_in_id, timeout?} -> {sign_in_id, server, state, message}
     MCP_SIGN_OUT = "mcp.sign_out"        # {server} -> {server, signed_out}
+    MCP_SIGN_INS = "mcp.sign_ins"        # {} -> {servers: [{server, host, state, has_token, sign_in_id?, ...}]}
     # MCP prompts (``%agent --prompt server:name``)
     MCP_PROMPTS_LIST = "mcp.prompts_list"  # {server?} -> {prompts: [{server, name, description, arguments}], problems}
     MCP_PROMPT_GET = "mcp.prompt_get"    # {server, name, arguments} -> {server, name, messages, text, truncated}

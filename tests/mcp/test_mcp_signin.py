@@ -67,9 +67,18 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
     status = await _status(broker)
     assert status.state == "failed" and "needs sign-in" in status.error and "relay.sign_in('remote')" in status.error
     assert "could not be reached" not in status.error and oauth_server.provider.authorized == 0
+    # the side panel's list (mcp.sign_ins): the server needs sign-in, the broker holds no token
+    [listed] = (await rpc("mcp.sign_ins", {}))["result"]["servers"]
+    assert (listed["server"], listed["host"], listed["state"], listed["has_token"]) == (
+        "remote", "127.0.0.1", "needs_sign_in", False), listed
+    assert "needs sign-in" in listed["message"] and listed["authorization_url"] is None
 
     started = (await rpc("mcp.sign_in", {"server": "remote"}))["result"]
     assert started["state"] == "pending", started
+    # a panel opened (or reloaded) now finds the same sign-in and its link, not a new one
+    [listed] = (await rpc("mcp.sign_ins", {}))["result"]["servers"]
+    assert (listed["state"], listed["sign_in_id"], listed["authorization_url"]) == (
+        "pending", started["sign_in_id"], started["authorization_url"])
     url = started["authorization_url"]
     parts = urlsplit(url)
     query = parse_qs(parts.query)
@@ -105,6 +114,9 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
     assert done["state"] == "signed_in", done
     status = await _status(broker)
     assert status.state == "connected" and status.tools == 1
+    signed_in_list = (await rpc("mcp.sign_ins", {}))["result"]
+    assert [(e["state"], e["has_token"], e["sign_in_id"]) for e in signed_in_list["servers"]] == [
+        ("signed_in", True, None)], signed_in_list
     result = await broker.mcp.call("remote__whoami", {})
     assert result["content"] == "signed in" and oauth_server.calls == ["whoami"]
     assert oauth_server.provider.registered == 1 and oauth_server.provider.tokens_issued == 1
@@ -123,6 +135,7 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
     for secret in (access, refresh):
         assert secret not in events and secret not in audit and secret not in logs
         assert secret not in json.dumps(started) and secret not in json.dumps(done)
+        assert secret not in json.dumps(signed_in_list)
 
     # a reconnect uses the stored token: no second sign-in
     await broker.mcp._servers["remote"].connection.close(force=True)
@@ -131,7 +144,13 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
 
     # sign-out forgets it: the next connect needs sign-in again
     out = (await rpc("mcp.sign_out", {"server": "remote"}))["result"]
-    assert out == {"server": "remote", "signed_out": True} and not list(oauth_dir.glob("*.json"))
+    assert out == {"server": "remote", "signed_out": True}
+    # the live session ended with the token; the reconnect after it is "needs sign-in" again and holds no token
+    # (it may register a fresh client: the file then has only that registration)
+    assert not any(access in f.read_text() or "tokens" in json.loads(f.read_text()) for f in oauth_dir.glob("*.json"))
+    assert (await _status(broker)).state == "failed" and "needs sign-in" in (await _status(broker)).error
+    [listed] = (await rpc("mcp.sign_ins", {}))["result"]["servers"]
+    assert (listed["state"], listed["has_token"]) == ("needs_sign_in", False), listed
 
 
 async def test_sign_in_to_an_unknown_or_stdio_server_is_one_line(jp_fetch, jp_serverapp) -> None:

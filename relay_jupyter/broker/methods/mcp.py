@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from ...core.errors import Code, GateRefusal, Refusal, RoutingRefusal
+from ...protocol.models_control import Empty
 from ...protocol.models_mcp import (
     McpPromptGetParams,
     McpPromptGetResult,
@@ -22,6 +23,8 @@ from ...protocol.models_mcp import (
     McpPromptsListResult,
     McpServerParams,
     McpSignInResult,
+    McpSignInsEntry,
+    McpSignInsResult,
     McpSignInWaitParams,
     McpSignOutResult,
 )
@@ -82,9 +85,21 @@ async def mcp_sign_out(req: Request, params: McpServerParams) -> McpSignOutResul
     if sign_in is None or cfg is None or not hasattr(cfg, "url"):
         raise RoutingRefusal(Code.NOT_FOUND, f"no HTTP MCP server named {params.server!r} signs in here")
     gone = sign_in.store(cfg.name, cfg.url).forget()
+    await registry.disconnect(params.server)  # the live session ends with the token (the next connect asks again)
     await registry.refresh(params.server)
     req.audit("mcp.sign_out", {"server": params.server, "signed_out": gone})
     return McpSignOutResult(server=params.server, signed_out=gone)
+
+
+@rpc.method(Method.MCP_SIGN_INS, Empty, McpSignInsResult, scope=Scope.ANY,
+            doc="The HTTP MCP servers that sign in with OAuth here and where each stands (needs_sign_in, pending "
+                "with its link, signed_in, unavailable, not_connected): the side panel's 'Sign in to <server>' list.")
+async def mcp_sign_ins(req: Request, params: Empty) -> McpSignInsResult:
+    sign_in = sign_in_of(req.broker)
+    registry = req.broker.mcp
+    if sign_in is None or registry is None or not sign_in.interactive:  # the daemon signs in at a terminal
+        return McpSignInsResult(servers=[])
+    return McpSignInsResult(servers=[McpSignInsEntry(**entry) for entry in registry.sign_ins()])
 
 
 # -- prompts ---------------------------------------------------------------------------------------------------
