@@ -288,10 +288,11 @@ class Gate:
 
     def completion_room(self, origin: str, model: str, input_tokens: int, run: RunBudget | None = None) -> int | None:
         """The most output tokens a request of ``input_tokens`` in could reserve now: what the run's token cap
-        (narrowed to the live grant's) and the origin's day token and cost budgets leave after that input;
-        None when no such limit applies. Below 0 when not even the input fits. Advisory: it reserves
-        nothing, and :meth:`begin_completion` still checks every limit (team budgets included) atomically, so
-        a request sized by it is at most refused, never over a budget."""
+        (narrowed to the live grant's), the origin's day token and cost budgets and the day and month token and
+        cost budgets of each of its teams (what they leave with the team's holds in flight) leave after that
+        input; None when no such limit applies. Below 0 when not even the input fits. Advisory: it reserves
+        nothing, and :meth:`begin_completion` still checks every limit atomically, so a request sized by it is
+        at most refused (another member's request took the team's room first), never over a budget."""
         grant = self.grants.get(origin)
         if grant is None:
             return None
@@ -309,16 +310,31 @@ class Gate:
                 rooms.append(int(budget.tokens_per_day) - day["tokens"] - day["reserved_tokens"] - input_tokens)
             if budget.cost_per_day_usd is not None:
                 left = float(budget.cost_per_day_usd) - day["cost_usd"] - day["reserved_cost_usd"]
-                output_rate = self.pricing.price(model).output
-                base = self.pricing.bound(model, max(0, input_tokens), 0)
-                if not base <= left:  # NaN included: fail closed
-                    rooms.append(-1)
-                elif output_rate > 0:
-                    out = int((left - base) * 1_000_000.0 / output_rate)
-                    while out > 0 and not self.pricing.bound(model, max(0, input_tokens), out) <= left:
-                        out -= 1 + out // 1000  # float rounding at the edge: step down until it fits
-                    rooms.append(out)
+                room = self._cost_room(model, input_tokens, left)
+                if room is not None:
+                    rooms.append(room)
+        for team in self.ledger.team_usage(origin):  # [] without teams; remaining: holds in flight counted
+            if team.get("remaining_tokens") is not None:
+                rooms.append(int(team["remaining_tokens"]) - input_tokens)
+            if team.get("remaining_cost_usd") is not None:
+                room = self._cost_room(model, input_tokens, float(team["remaining_cost_usd"]))
+                if room is not None:
+                    rooms.append(room)
         return min(rooms) if rooms else None
+
+    def _cost_room(self, model: str, input_tokens: int, left: float) -> int | None:
+        """The most output tokens whose cost, with ``input_tokens`` in, fits ``left`` dollars: -1 when not even the
+        input fits (NaN too: fail closed), None when output is free."""
+        output_rate = self.pricing.price(model).output
+        base = self.pricing.bound(model, max(0, input_tokens), 0)
+        if not base <= left:
+            return -1
+        if not output_rate > 0:
+            return None
+        out = int((left - base) * 1_000_000.0 / output_rate)
+        while out > 0 and not self.pricing.bound(model, max(0, input_tokens), out) <= left:
+            out -= 1 + out // 1000  # float rounding at the edge: step down until it fits
+        return out
 
     def settle_completion(self, reservation: Reservation, model: str, usage: Usage | None,
                           run: RunBudget | None = None, *, outcome: str = "complete",
