@@ -16,15 +16,28 @@ appending every turn again.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Chat", "ConversationBook", "restore_chat", "valid_chat_name"]
+__all__ = ["Chat", "ConversationBook", "restore_chat", "valid_chat_name", "wire_cell_id"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_CELL_ID = re.compile(r"^[a-zA-Z0-9_\-]{1,64}$")  # nbformat 4.5's cell id (protocol CELL_ID_PATTERN)
+
+
+def wire_cell_id(cell_id: object) -> str | None:
+    """The cell id ``run.start`` sends: nbformat's id as it is; another frontend's (VS Code sends the cell's
+    URI, ``vscode-notebook-cell:/…#W0s…``) as a stable ``h-`` + SHA-256 prefix of it, so it fits the broker's
+    pattern and still names the same cell each time; None without one."""
+    if not isinstance(cell_id, str) or not cell_id:
+        return None
+    if _CELL_ID.match(cell_id):
+        return cell_id
+    return "h-" + hashlib.sha256(cell_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def valid_chat_name(name: str) -> bool:

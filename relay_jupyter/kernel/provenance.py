@@ -86,6 +86,14 @@ class ProvenanceRecorder:
             for key in ("conversation", "model", "backend", "mode"):
                 if data.get(key):
                     self.record[key] = _short(data[key])
+        elif kind == EventType.TURN:
+            # the broker's lineage (it keys turns by cell id): which turn this answer took, the cells before it
+            turn, parents = data.get("turn"), data.get("parent_cells")
+            if isinstance(turn, int) and not isinstance(turn, bool) and turn >= 0 and isinstance(parents, list) \
+                    and len(parents) == turn:
+                lineage = self.record["lineage"]
+                lineage["turn"] = turn
+                lineage["parent_cells"] = [_short(c, 100) if isinstance(c, str) else None for c in parents]
         elif kind == EventType.USAGE:
             tokens = self.record["tokens"]
             for field, name in _TOKEN_FIELDS.items():

@@ -18,7 +18,7 @@ from ..protocol import kernel_wire as wire
 from ..protocol.names import Method
 from .client import Endpoint, RelayClient
 from .consent import ConsentPolicy, detect_surface
-from .conversations import ConversationBook
+from .conversations import ConversationBook, wire_cell_id
 from .discovery import discover, is_anonymous_client_name, notebook_client_name, notebook_path
 from .errors import AgentError, RpcError, as_agent_error
 from .follower import RunFollower, Ticker
@@ -347,23 +347,18 @@ class Session:
         client = await self.get_client()
         await self._prepare(surface, opts)
         assert self.pump is not None
+        opts.cell_id = wire_cell_id(opts.cell_id)
         chat = self.book.chat(opts.chat, new=opts.new)
+        # the broker forks at the cell's turn (it stores each turn's cell id: run.start cell_id), so a re-run
+        # after a restart, another day or an unsaved notebook replaces its turn; the kernel's book only names
+        # the chat's conversation and guesses the lineage until the broker's run.turn event says it
         fork_at = self.book.fork_point(chat, opts.cell_id)
-        if fork_at is not None:
-            try:
-                await client.call(Method.CONVERSATIONS_FORK, {"conversation": chat.conversation, "at_turn": fork_at})
-            except RpcError as exc:
-                if exc.code != Code.NOT_FOUND:
-                    raise
-                # the broker does not have this conversation (turns restored from a notebook saved against
-                # another broker, or one that forgot it): the cell starts it afresh
-                chat.turns.clear()
-                fork_at = None
         params: wire.RunStartParams = {"conversation": chat.conversation, "prompt": opts.prompt,
                                        "attachments": attachments, "model": opts.model or self.default_model,
                                        "backend": opts.backend or self.default_backend, "engine": opts.engine,
                                        "profile": opts.profile, "mode": cast(Any, opts.mode),
-                                       "max_tokens": opts.max_tokens, "tools": opts.tools}
+                                       "max_tokens": opts.max_tokens, "tools": opts.tools,
+                                       "cell_id": opts.cell_id}
         started = cast(wire.RunStartResult, await client.call(
             Method.RUN_START, {k: v for k, v in params.items() if v is not None}))
         run_id = str((started or {}).get("run_id"))
@@ -388,3 +383,6 @@ class Session:
         finally:
             ticker.stop()
             self.pump.unregister(run_id)
+            lineage = recorder.record["lineage"]
+            if lineage["turn"] is not None and len(lineage["parent_cells"]) == lineage["turn"]:
+                chat.turns = [*lineage["parent_cells"], opts.cell_id]  # the broker's word, when it said it

@@ -340,6 +340,7 @@ class RunStartParams(TypedDict):
     max_tokens: NotRequired[int | None]
     tools: NotRequired[list[str] | None]
     origin: NotRequired[str | None]
+    cell_id: NotRequired[str | None]
 
 
 class RunStartResult(TypedDict):

@@ -23,6 +23,7 @@ __all__ = [
     "ConversationsDeleteResult",
     "MAX_PROMPT_CHARS",
     "CONVERSATION_NAME_PATTERN",
+    "CELL_ID_PATTERN",
     "PROFILE_NAME_PATTERN",
     "ConversationName",
     "BackendName",
@@ -38,6 +39,8 @@ _ID = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@#/\-]+$")
 #: keys a conversation by the pair (origin, name), never by a joined string (broker/conversation_keys).
 CONVERSATION_NAME_PATTERN = r"^[A-Za-z0-9._:@#/\-]{1,200}$"
 ConversationName = Annotated[str, Field(min_length=1, max_length=200, pattern=CONVERSATION_NAME_PATTERN)]
+#: nbformat 4.5's cell id schema (``^[a-zA-Z0-9-_]+$``, 1-64 characters).
+CELL_ID_PATTERN = r"^[a-zA-Z0-9_\-]{1,64}$"
 
 
 _Strict = Strict  # the one base of the wire models (protocol/strict.py)
@@ -70,6 +73,10 @@ class RunStartParams(_Strict):
     """Offer only these tools (still gated by the grant); None = every available tool."""
     origin: str | None = None
     """Browser sessions only: the notebook to run for. Kernels always run for themselves."""
+    cell_id: str | None = Field(None, min_length=1, max_length=64, pattern=CELL_ID_PATTERN)
+    """The nbformat 4.5 id of the notebook cell that runs this turn. Stored with the turn; a conversation
+    that already holds a turn of this cell is forked there first (that turn and every later one dropped), so
+    a re-run after a kernel restart replaces its turn (docs/provenance.md "Lineage")."""
 
 
 class RunStartResult(_Strict):

@@ -68,6 +68,7 @@ class EventType:
     TOOL_FINISHED = "run.tool_finished"          # {run_id, call_id, is_error, summary, duration_ms}
     USAGE = "run.usage"                          # {run_id, input_tokens, output_tokens, cache_*, cost_usd, basis}
     STEP = "run.step"                            # {run_id, step}
+    TURN = "run.turn"                            # {run_id, turn, forked_at, parent_cells} (history loaded)
     REVIEW = "run.review"                        # {run_id, call_id, verdict, reason, failed, model} (review mode)
     # exactly one terminal event per run
     DONE = "run.done"

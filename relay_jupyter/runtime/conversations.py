@@ -17,7 +17,8 @@ from typing import Any
 from ..core.memory import MemoryStore
 from ..core.ports import ConversationStore
 
-__all__ = ["ConversationStore", "HistoryWriter", "MemoryConversations", "fork_history", "next_turn"]
+__all__ = ["ConversationStore", "HistoryWriter", "MemoryConversations", "cell_fork", "fork_history", "next_turn",
+           "turn_cells"]
 
 MemoryConversations = MemoryStore
 
@@ -52,3 +53,28 @@ def next_turn(history: list[dict[str, Any]]) -> int:
 def fork_history(history: list[dict[str, Any]], at_turn: int) -> list[dict[str, Any]]:
     """``history`` without turn ``at_turn`` and everything after it."""
     return [m for m in history if not (isinstance(m.get("turn"), int) and m["turn"] >= at_turn)]
+
+
+def turn_cells(history: list[dict[str, Any]]) -> list[str | None]:
+    """The notebook cell id of each turn of ``history`` (``run.start`` ``cell_id``, kept on the turn's
+    messages), in turn order; None for a turn run without one."""
+    cells: dict[int, str | None] = {}
+    for m in history:
+        turn = m.get("turn")
+        if isinstance(turn, int) and not isinstance(turn, bool):
+            cell = m.get("cell_id")
+            if cells.get(turn) is None:
+                cells[turn] = cell if isinstance(cell, str) else None
+    return [cells.get(t) for t in range(next_turn(history))]
+
+
+def cell_fork(history: list[dict[str, Any]], cell_id: str | None) -> tuple[list[dict[str, Any]], int | None]:
+    """``(history, at)``: when a turn of ``history`` was run by the cell ``cell_id``, the history without that
+    turn and every later one, and that turn's number; else ``history`` unchanged and None."""
+    if cell_id is None:
+        return history, None
+    for m in history:
+        turn = m.get("turn")
+        if m.get("cell_id") == cell_id and isinstance(turn, int) and not isinstance(turn, bool):
+            return fork_history(history, turn), turn
+    return history, None

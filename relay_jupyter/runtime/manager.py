@@ -26,7 +26,7 @@ from ..core.types import ConsentDecision, PermissionMode
 from ..protocol.names import EventType
 from ..storage.errors import StoreError
 from .context import user_message
-from .conversations import HistoryWriter, next_turn
+from .conversations import HistoryWriter, cell_fork, next_turn, turn_cells
 from .driver import TurnResult
 from .engine import EngineRun, RunEngine
 from .executor import Executor
@@ -77,6 +77,9 @@ class RunParams:
     """Tool names offered to the model (None = every tool the providers offer)."""
     profile: str | None = None
     """``%%agent --profile``: the run's backend is the profile's (:attr:`RunManager.profile_backends`)."""
+    cell_id: str | None = None
+    """The notebook cell running this turn (``run.start`` ``cell_id``): stored on the turn's prompt; a history
+    that already holds a turn of this cell is forked there first (``conversations.cell_fork``)."""
 
 
 @dataclass
@@ -289,10 +292,20 @@ class RunManager:
 
         def begin() -> list[dict[str, Any]]:
             history = self._load_history(run)
+            # lineage by cell id (issue 13): a re-run of a cell that already took a turn replaces that turn
+            # and every later one, whatever the kernel remembers (restarted, another day, an unsaved notebook)
+            history, forked_at = cell_fork(history, run.params.cell_id)
+            if forked_at is not None and run.writer is not None:
+                run.writer.stored = len(history)  # the first save rewrites the store from the fork point
             run.turn = next_turn(history)
-            history.append(user_message(run.params.prompt, run.params.attachments, turn=run.turn))
+            parents = turn_cells(history)
+            message = user_message(run.params.prompt, run.params.attachments, turn=run.turn)
+            if run.params.cell_id is not None:
+                message["cell_id"] = run.params.cell_id  # stored history only: requests keep role and content
+            history.append(message)
             run.history = history
             self._save(run)
+            self._emit(run, EventType.TURN, {"turn": run.turn, "forked_at": forked_at, "parent_cells": parents})
             return history
 
         def add(message: dict[str, Any]) -> None:

@@ -87,6 +87,57 @@ def test_rerun_after_a_restart_forks_at_the_cell(lab: tuple[RealServer, FakeAnth
     assert record["lineage"] == {"conversation": "default", "turn": 1, "parent_cells": ["cell-a"]}
 
 
+def test_rerun_after_a_restart_of_an_unsaved_notebook_forks_at_the_cell(
+        lab: tuple[RealServer, FakeAnthropic]) -> None:
+    # the broker keys each turn by the cell id run.start sent: after a kernel restart, re-running cell 2 of 3
+    # of a notebook never saved (nothing in the file to rebuild from) forks at cell 2's turn
+    srv, fake = lab
+    kc = srv.kernel_for("unsaved.ipynb")
+    assert not (srv.root / "unsaved.ipynb").exists()
+    reply, msgs = execute(kc, SETUP)
+    assert reply["status"] == "ok", text_of(msgs)
+    for cell_id in ("u-1", "u-2", "u-3"):
+        fake.enqueue(Reply(text(f"answer {cell_id}")))
+        reply, msgs = execute(kc, f"%%agent --model {MODEL}\nquestion {cell_id}", timeout=60, cell_id=cell_id)
+        assert reply["status"] == "ok", text_of(msgs)
+    assert len(_messages(fake)) == 5  # turn 3 saw turns 1 and 2
+    (session,) = [s for s in srv.api("GET", "api/sessions") if s["path"] == "unsaved.ipynb"]
+    srv.api("POST", f"api/kernels/{session['kernel']['id']}/restart", {})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            kc.wait_for_ready(timeout=10)
+            break
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+    reply, msgs = execute(kc, SETUP)
+    assert reply["status"] == "ok", text_of(msgs)
+    fake.enqueue(Reply(text("answer u-2 again")), Reply(text("answer u-3 again")))
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nquestion u-2 again", timeout=60, cell_id="u-2")
+    assert reply["status"] == "ok", text_of(msgs)
+    # the request of turn 2: turn 1 and its answer, then the re-run prompt (5 before the fix: everything appended)
+    sent = _messages(fake)
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"], sent
+    assert "question u-1" in json.dumps(sent[0]) and "question u-2 again" in json.dumps(sent[2])
+    assert "cell_id" not in json.dumps(sent)  # stored with the turn, never sent to the model
+    (record,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(msgs)]
+    assert record["lineage"] == {"conversation": "default", "turn": 1, "parent_cells": ["u-1"]}
+    # the next cell continues after the re-run turn (its old turn 3 was dropped with the fork)
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nquestion u-3", timeout=60, cell_id="u-3")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert [m["role"] for m in _messages(fake)] == ["user", "assistant", "user", "assistant", "user"]
+    (record,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(msgs)]
+    assert record["lineage"] == {"conversation": "default", "turn": 2, "parent_cells": ["u-1", "u-2"]}
+    # a cell id that is not nbformat's (VS Code sends the cell's URI) still names its cell: hashed, not refused
+    fake.enqueue(Reply(text("vs code 1")), Reply(text("vs code 2")))
+    uri = "vscode-notebook-cell:/home/u/unsaved.ipynb#W3sZmlsZQ=="
+    for _ in range(2):
+        reply, msgs = execute(kc, f"%%agent --model {MODEL} --chat vsc\nfrom vs code", timeout=60, cell_id=uri)
+        assert reply["status"] == "ok", text_of(msgs)
+        assert [m["role"] for m in _messages(fake)] == ["user"]  # the second run replaced the first's turn
+
+
 def test_turns_saved_against_another_broker_start_afresh(lab: tuple[RealServer, FakeAnthropic]) -> None:
     # a saved notebook whose conversation this broker never had (another day, another broker): the re-run cell
     # starts the conversation instead of failing on the fork

@@ -180,9 +180,11 @@ def test_chat_new_and_fork_on_rerun(kernel: Any, broker: FakeBroker) -> None:
         broker.script([("text", "ok")])
         reply, _ = execute(kernel, f"%%agent --chat fk\nq {cell}", cell_id=cell)
         assert reply["status"] == "ok"
-    forks = [p for m, p in broker.calls if m == "conversations.fork"]
-    # re-running the first cell replaces its turn (0) and everything after it
-    assert forks == [{"conversation": "fk", "at_turn": 0}]
+    # each run.start names its cell; the broker forks at that cell's turn (it stores each turn's cell id), so
+    # the kernel no longer forks from what it remembers (a restarted kernel remembers nothing)
+    starts = [p for m, p in broker.calls if m == "run.start"][-3:]
+    assert [p.get("cell_id") for p in starts] == ["cell-a", "cell-b", "cell-a"]
+    assert not [p for m, p in broker.calls if m == "conversations.fork"]
     broker.script([("text", "ok")])
     execute(kernel, "%%agent --chat fk --new\nfresh", cell_id="cell-c")
     start = [p for m, p in broker.calls if m == "run.start"][-1]

@@ -82,7 +82,8 @@ async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
     run_id = await runs.start(ctx, RunParams(
         prompt=params.prompt, model=params.model or broker.config.default_model, backend=backend,
         attachments=[a.model_dump() for a in params.attachments], mode=PermissionMode(params.mode),
-        max_tokens=params.max_tokens, tools=params.tools, engine=engine, profile=params.profile))
+        max_tokens=params.max_tokens, tools=params.tools, engine=engine, profile=params.profile,
+        cell_id=params.cell_id))
     return RunStartResult(run_id=run_id)
 
 
