@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -36,6 +37,21 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
 # a key or CI flag inherited from the machine running the tests would change what a fresh machine sees
 _SCRUBBED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "RELAY_ANTHROPIC_API_KEY",
              "RELAY_OPENAI_API_KEY", "CI", "RELAY_HEADLESS", "RELAY_HEADLESS_ALLOW")
+
+
+def make_lab_arguments() -> list[str]:
+    """What README's first command, ``make lab``, passes to ``jupyter lab``: the Makefile's ``lab`` recipe after
+    ``jupyter lab`` (``$(ROOT_FLAG)`` dropped: the test passes ``--allow-root`` itself), so a flag taken out of
+    the Makefile (``--LabApp.default_url``: the quickstart, not the Launcher) is taken out of this test too."""
+    readme = (REPO / "README.md").read_text()
+    first = re.search(r"```bash\n(.*?)\n", readme)
+    assert first is not None and first.group(1).split("#")[0].split() == ["make", "lab"], "README's first command"
+    recipe = re.search(r"^lab:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.M)
+    assert recipe is not None, "the Makefile has no lab recipe"
+    words = shlex.split(recipe.group(1))
+    at = next(i for i, w in enumerate(words) if w.endswith("/jupyter")) + 1
+    assert words[at] == "lab", words
+    return [w for w in words[at + 1:] if w != "$(ROOT_FLAG)"]
 
 
 def _free_port() -> int:
@@ -70,8 +86,10 @@ class Lab:
         env.update(JUPYTER_CONFIG_DIR=str(self.tmp / "config"), JUPYTER_DATA_DIR=str(self.tmp / "data"),
                    JUPYTER_RUNTIME_DIR=str(self.tmp / "runtime"), IPYTHONDIR=str(self.tmp / "ipython"))
         self.log = open(self.tmp / "lab.log", "wb")
+        # the notebook argument is the Makefile's notebooks/quickstart.ipynb, relative to this copy's root
+        args = [QUICKSTART.name if w == "notebooks/quickstart.ipynb" else w for w in make_lab_arguments()]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab.labapp", QUICKSTART.name, "--no-browser", "--allow-root",
+            [sys.executable, "-m", "jupyterlab.labapp", *args, "--no-browser", "--allow-root",
              "--ip", "127.0.0.1", "--port", str(self.port), f"--IdentityProvider.token={TOKEN}"],
             cwd=self.root, env=env, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 60
@@ -141,9 +159,18 @@ def _first_agent_cell() -> int:
 
 def test_make_lab_opens_the_quickstart_and_the_demo_answers(lab_page: tuple[Lab, Any]) -> None:
     lab, page = lab_page
-    # the URL `jupyter lab <notebook>` opens
-    page.goto(f"{lab.url}lab/tree/{QUICKSTART.name}?token={TOKEN}")
+    # what `make lab` gives a person without a browser on that machine: the URL Jupyter prints (and its
+    # jpserver-*-open.html) is the quickstart's, and opening the server's root lands there too, not in the Launcher
+    printed = re.findall(rf"{re.escape(lab.url)}\S*token=\S+", lab.server_log())
+    assert printed and all(u.startswith(f"{lab.url}lab/tree/{QUICKSTART.name}?") for u in printed), printed
+    openers = {p.name: p.read_text() for p in (lab.tmp / "runtime").glob("jpserver-*-open.html")}
+    assert openers and all(f"/lab/tree/{QUICKSTART.name}" in t for t in openers.values()), openers
+    page.goto(f"{lab.url}?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    tabs = page.locator(".jp-mod-current .lm-TabBar-tabLabel, #jp-main-dock-panel .lm-TabBar-tabLabel")
+    tabs.filter(has_text=QUICKSTART.name).first.wait_for(timeout=30_000)
+    assert "Launcher" not in tabs.all_inner_texts(), tabs.all_inner_texts()
+    assert page.url.split("?")[0].endswith(f"/lab/tree/{QUICKSTART.name}"), page.url
     wait_for_kernel(page)
     page.screenshot(path=str(ARTIFACTS / "main-job-opened.png"))
 
