@@ -8,6 +8,7 @@ import {
   timeOf, usageLine, visible
 } from './model';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
+import { McpSignInSection } from './mcpSignin';
 
 export {
   auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, offeredScopes, sessionLabel, sessionsOf,
@@ -107,6 +108,8 @@ export class RelayPanel extends Widget {
   private runs = el('div', { class: 'jp-relay-runs' });
   private sessions = el('div', { class: 'jp-relay-sessions' });
   private sessionsTimer: number | null = null;
+  // "Sign in to <server>" for HTTP MCP servers with OAuth (mcpSignin.ts, F's; hidden when there are none)
+  private signIns = new McpSignInSection(this.client);
   private grantsGeneration = 0;
 
   constructor() {
@@ -134,6 +137,7 @@ export class RelayPanel extends Widget {
       this.status,
       kill,
       killed,
+      this.signIns.node,
       el('h3', {}, 'Waiting for you'),
       this.approvals,
       el('h3', {}, 'Grants and budgets'),
@@ -153,6 +157,7 @@ export class RelayPanel extends Widget {
 
   dispose(): void {
     this.abort.abort();
+    this.signIns.dispose();
     if (this.sessionsTimer !== null) {
       window.clearInterval(this.sessionsTimer);
     }
@@ -211,7 +216,8 @@ export class RelayPanel extends Widget {
         this.client.call('audit.tail', { n: AUDIT_TAIL }),
         this.client.call('runs.list', { limit: 100 }),
         this.client.call('trust.list'),
-        this.refreshSessions()
+        this.refreshSessions(),
+        this.signIns.refresh()
       ]);
       if (this.inFlight !== flight) {
         return; // a newer refresh started meanwhile: its snapshot is the fresher one

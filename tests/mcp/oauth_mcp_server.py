@@ -3,12 +3,14 @@
 The MCP SDK's own server auth (``mcp.server.auth``: protected-resource and authorization-server metadata,
 dynamic client registration, authorize, token, PKCE checked by the SDK) over a small in-memory provider
 written here. Its authorization page approves at once, as a person clicking "Allow" would: it redirects
-to the client's ``redirect_uri`` with the code and the state. Counts what happened so a test can assert
-on it (``registered``, ``authorized``, ``tokens_issued``, ``calls``).
+to the client's ``redirect_uri`` with the code and the state; with ``consent_page=True`` it shows a real
+consent page instead (``/consent``: the client's name and an Allow / Deny form a browser test clicks).
+Counts what happened so a test can assert on it (``registered``, ``authorized``, ``tokens_issued``, ``calls``).
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -20,6 +22,8 @@ from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp.types import ToolAnnotations
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from relay_jupyter.testing.mcp_server import _bind_loopback, _uvicorn_server
 
@@ -36,6 +40,9 @@ class MemoryProvider:
         self.authorized = 0
         self.tokens_issued = 0
         self.deny_next = False
+        self.consent_base: str | None = None
+        """Set (``http://127.0.0.1:PORT``): authorize sends the browser to the consent page instead of approving."""
+        self.consents: dict[str, tuple[OAuthClientInformationFull, AuthorizationParams]] = {}
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -45,7 +52,17 @@ class MemoryProvider:
         self.clients[client_info.client_id] = client_info
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        if self.consent_base is not None:
+            request = secrets.token_urlsafe(12)
+            self.consents[request] = (client, params)
+            return f"{self.consent_base}/consent?request={request}"
+        return self.decide(client, params)
+
+    def decide(self, client: OAuthClientInformationFull, params: AuthorizationParams, allow: bool = True) -> str:
+        """The redirect back to the client: a code (approved) or ``access_denied``."""
         self.authorized += 1
+        if not allow:
+            return construct_redirect_uri(str(params.redirect_uri), error="access_denied", state=params.state)
         if self.deny_next:
             self.deny_next = False
             return construct_redirect_uri(str(params.redirect_uri), error="access_denied", state=params.state)
@@ -99,8 +116,9 @@ class MemoryProvider:
 class OAuthMcpServer:
     """``with OAuthMcpServer() as srv: srv.url`` — an MCP server that answers 401 until signed in."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, consent_page: bool = False) -> None:
         self.provider = MemoryProvider()
+        self.consent_page = consent_page
         self.calls: list[str] = []
         self._thread: threading.Thread | None = None
         self._uvicorn: Any = None
@@ -119,6 +137,27 @@ class OAuthMcpServer:
                                   enabled=True, valid_scopes=["mcp"], default_scopes=["mcp"]),
                               required_scopes=["mcp"]))
 
+        @server.custom_route("/consent", methods=["GET", "POST"])
+        async def consent(request: Request) -> Response:
+            if request.method == "GET":
+                rid = request.query_params.get("request", "")
+                found = self.provider.consents.get(rid)
+                if found is None:
+                    return HTMLResponse("unknown request", status_code=400)
+                name = found[0].client_name or found[0].client_id
+                return HTMLResponse(
+                    "<!doctype html><title>Authorize</title><h1>oauth-test authorization server</h1>"
+                    f"<p>Allow <b id=client></b> to use the MCP server?</p><form method=post>"
+                    f"<input type=hidden name=request value='{rid}'>"
+                    "<button name=decision value=allow>Allow</button> <button name=decision value=deny>Deny</button>"
+                    f"</form><script>document.getElementById('client').textContent = {json.dumps(name)}</script>")
+            form = await request.form()
+            found = self.provider.consents.pop(str(form.get("request", "")), None)
+            if found is None:
+                return HTMLResponse("unknown request", status_code=400)
+            return RedirectResponse(self.provider.decide(*found, allow=form.get("decision") == "allow"),
+                                    status_code=303)
+
         @server.tool(annotations=ToolAnnotations(read_only_hint=True))
         def whoami() -> str:
             self.calls.append("whoami")
@@ -129,6 +168,8 @@ class OAuthMcpServer:
     def __enter__(self) -> OAuthMcpServer:
         sock = _bind_loopback(0)
         self.port = sock.getsockname()[1]
+        if self.consent_page:
+            self.provider.consent_base = f"http://127.0.0.1:{self.port}"
         self._uvicorn = _uvicorn_server(self._server(), "warning")
         failure: list[BaseException] = []
 
