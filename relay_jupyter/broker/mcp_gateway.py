@@ -41,6 +41,7 @@ from ..core.types import PermissionMode, ToolClass
 from ..runtime.executor import refusal_of
 from ..runtime.tools import ToolIndex
 from .conversation_keys import conversation_key
+from .gateway_links import ProposedCalls
 from .run_keys import MAX_KEY_CHARS, KeyRing, listen_loopback
 from .tool_sources import tool_sources
 
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 #: What ``initialize`` negotiates (oldest first); a client asking another version gets the newest.
 GATEWAY_PROTOCOL_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
 MAX_BODY_BYTES = 1 << 20
-_CALLER_KIND = "mcp-gateway"  # not "kernel": kernel tools are never offered through the gateway
+_CALLER_KIND = "mcp-gateway"  # not "kernel": kernel tools only for an engine run's session (caller_kind)
 _TOKEN_PREFIX = "relay-mcp-"
 _UNAUTHORIZED = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"a relay MCP gateway token is required (Authorization: Bearer)"}}'
 
@@ -74,6 +75,13 @@ class GatewaySession:
     mode: PermissionMode = PermissionMode.ASK
     label: str = "client"
     calls: int = 0
+    caller_kind: str | None = None
+    """An engine run's session: the kind of the caller that started the run (``kernel``, ``daemon``). The calls
+    then have that run's tool context, so the run's own kernel's tools are offered exactly as the relay engine
+    offers them (``core/tooling.offers_kernel_tools``). None (outside clients): never kernel tools."""
+    proposed: ProposedCalls = field(default_factory=ProposedCalls, repr=False)
+    """The model's ``tool_use`` ids the engine announced (``broker/gateway_links.py``): a call is journalled
+    and audited under its id."""
 
     def client_config(self) -> dict[str, Any]:
         """The entry an MCP client's config takes for this session (claude-agent-sdk ``mcp_servers={"relay": ...}``,
@@ -109,7 +117,8 @@ class McpGateway:
 
     async def session(self, origin: str, *, originator: str | None = None, run_id: str | None = None,
                       conversation: str = "", mode: PermissionMode | str = PermissionMode.ASK,
-                      label: str = "client", url: str | None = None) -> GatewaySession:
+                      label: str = "client", url: str | None = None,
+                      caller_kind: str | None = None) -> GatewaySession:
         """Mint a token for ``origin``; the session's ``url`` is the loopback listener (started on first use)
         unless ``url`` names another mount of the gateway (``{base_url}relay/mcp`` in the Jupyter server).
         Revoke it with :meth:`end`."""
@@ -119,7 +128,8 @@ class McpGateway:
             url = f"http://127.0.0.1:{self._start()}/mcp"
         token = KeyRing.new_key(_TOKEN_PREFIX)
         session = GatewaySession(url=url, token=token, origin=origin, originator=originator, run_id=run_id,
-                                 conversation=conversation, mode=PermissionMode(mode), label=label[:64])
+                                 conversation=conversation, mode=PermissionMode(mode), label=label[:64],
+                                 caller_kind=caller_kind)
         self._sessions.add(token, session)
         return session
 
@@ -175,10 +185,12 @@ class McpGateway:
     def _context(self, session: GatewaySession) -> ToolContext:
         conversation = conversation_key(session.origin, session.conversation) if session.conversation else ""
         return ToolContext(origin=session.origin, conversation=conversation, originator=session.originator,
-                           run_id=session.run_id, mode=session.mode, caller_kind=_CALLER_KIND)
+                           run_id=session.run_id, mode=session.mode,
+                           caller_kind=session.caller_kind or _CALLER_KIND)
 
     def tools(self, session: GatewaySession) -> list[dict[str, Any]]:
-        """The origin's tools its grant allows, as MCP ``Tool`` objects (kernel tools never)."""
+        """The origin's tools its grant allows, as MCP ``Tool`` objects (kernel tools only for an engine run
+        started by a kernel: that kernel's)."""
         grant = self.broker.grants.get(session.origin)
         if grant is None:
             return []
@@ -193,7 +205,7 @@ class McpGateway:
             out.append(tool)
         return out
 
-    async def call(self, session: GatewaySession, name: Any, arguments: Any) -> dict[str, Any]:
+    async def call(self, session: GatewaySession, name: Any, arguments: Any, meta: Any = None) -> dict[str, Any]:
         """One ``tools/call`` through the one executor; a refusal is an ``isError`` result naming its code."""
         if not isinstance(name, str) or not name or len(name) > 200:
             return _text_result("refused (UNKNOWN_TOOL): the tool name must be a string", True)
@@ -201,14 +213,16 @@ class McpGateway:
             arguments = {}
         session.calls += 1
         ctx = self._context(session)
-        result = await self._execute(ctx, name, arguments)
+        linked = session.proposed.claim(name, arguments, meta) if session.run_id else None  # the model's id
+        result = await self._execute(ctx, name, arguments, linked)
         refusal = refusal_of(result)
         if refusal is not None:
             return _text_result(f"refused ({refusal.code.value}): {refusal.message}", True)
         return _text_result(result.content, bool(result.is_error))
 
-    async def _execute(self, ctx: ToolContext, name: str, arguments: Any) -> ToolResult:
-        call_id = "mcpgw_" + secrets.token_hex(8)
+    async def _execute(self, ctx: ToolContext, name: str, arguments: Any,
+                       call_id: str | None = None) -> ToolResult:
+        call_id = call_id or "mcpgw_" + secrets.token_hex(8)
         runs = self.broker.runs
         if runs is not None:
             runs.check_storage()  # a call the broker could not audit is refused before it starts
@@ -253,7 +267,8 @@ class McpGateway:
         if method == "tools/list":
             return 200, _result(msg_id, {"tools": self.tools(session)})
         if method == "tools/call":
-            return 200, _result(msg_id, await self.call(session, params.get("name"), params.get("arguments")))
+            return 200, _result(msg_id, await self.call(session, params.get("name"), params.get("arguments"),
+                                                         params.get("_meta")))
         return 200, _error(msg_id, -32601, "method not found")
 
 

@@ -69,14 +69,21 @@ class EngineMcp:
         self.broker = broker
 
     async def session(self, *, origin: str, originator: str, run_id: str, conversation_key: str, mode: Any,
-                      label: str) -> Any:
-        """A gateway session for the run (its loopback listener starts on first use)."""
+                      label: str, caller_kind: str | None = None) -> Any:
+        """A gateway session for the run (its loopback listener starts on first use). ``caller_kind``: the kind
+        of the run's caller (its tool context's), so a run a kernel started is offered that kernel's tools."""
         from .conversation_keys import conversation_name
         from .mcp_gateway import mcp_gateway_of
 
         return await mcp_gateway_of(self.broker).session(
             origin, originator=originator, run_id=run_id, conversation=conversation_name(conversation_key, origin),
-            mode=mode, label=label)
+            mode=mode, label=label, caller_kind=caller_kind)
+
+    @staticmethod
+    def expect(session: Any, tool_use_id: Any, tool: str, arguments: Any) -> bool:
+        """The model proposed relay's ``tool`` under ``tool_use_id`` (the engine's hook saw it): the gateway's
+        call is journalled and audited under that id (``broker/gateway_links.py``)."""
+        return bool(session.proposed.expect(tool_use_id, tool, arguments))
 
     def end(self, session: Any) -> None:
         from .mcp_gateway import mcp_gateway_of

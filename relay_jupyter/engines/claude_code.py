@@ -288,6 +288,9 @@ class _Binding:
         self.run, self.tools = run, tools
         self.index = ToolIndex([tools], run.tool_ctx)
         self.calls: dict[str, _Gated] = {}
+        self.announce: Any = None
+        """``(tool_use_id, relay's tool name, arguments)`` -> the gateway journals and audits that MCP call under
+        the model's id (``broker/gateway_links.py``); None without a gateway."""
 
     async def decide(self, tool_use_id: str | None, name: str, args: Any) -> tuple[bool, str]:
         if not isinstance(tool_use_id, str) or not tool_use_id:
@@ -296,7 +299,10 @@ class _Binding:
             args = {}
         if name.startswith(MCP_PREFIX):
             # relay's own MCP gateway is the gate for these: when the CLI makes the call, the gateway runs it
-            # through the one executor (grant, class, pins, consent from this run's kernel, audit)
+            # through the one executor (grant, class, pins, consent from this run's kernel, audit) — under the
+            # model's tool_use id, announced here just before the CLI sends it
+            if self.announce is not None:
+                self.announce(tool_use_id, name[len(MCP_PREFIX):], args)
             return True, ""
         if name.startswith("mcp__"):
             return False, "relay: only relay's MCP tools are available to Claude Code"
@@ -584,6 +590,9 @@ class ClaudeCodeEngine:
         run_dir = Path(tempfile.mkdtemp(prefix="relay-claude-code-"))
         try:
             async with self._model_session(run, on_refusal) as session, self._mcp_session(run) as mcp:
+                if mcp is not None and hasattr(self.services.mcp_gateway, "expect"):
+                    binding.announce = lambda tid, tool, args: self.services.mcp_gateway.expect(mcp, tid, tool,
+                                                                                                args)
                 home = memory.home() if memory is not None else None
                 wrapper = self._prepare(run_dir, session, home)
                 mcp_config = self._mcp_config(run_dir, mcp)
@@ -653,9 +662,10 @@ class ClaudeCodeEngine:
         gateway = getattr(self.services, "mcp_gateway", None)
         session = None
         if gateway is not None:
+            # the run's caller kind: a run a kernel started is offered that kernel's tools (run_code with its card)
             session = await gateway.session(origin=run.ctx.origin, originator=run.ctx.client_id, run_id=run.run_id,
                                             conversation_key=run.ctx.conversation, mode=run.tool_ctx.mode,
-                                            label="claude-code")
+                                            label="claude-code", caller_kind=run.tool_ctx.caller_kind)
         try:
             yield session
         finally:
@@ -831,6 +841,9 @@ def _usage(run: EngineRun, result: Any) -> Usage | None:
 
 #: Tokens reserved for a whole run on the user's own login when the grant sets no ``max_tokens_per_run``.
 OWN_LOGIN_RESERVATION = 100_000
+#: The least output a next request of the user's own login must have room for (as relay's endpoint fits an
+#: engine's request: ``broker/anthropic_proxy.MIN_FITTED_OUTPUT``, which an engine may not import).
+MIN_NEXT_OUTPUT = 1024
 _OWN_HINT = ("run `claude setup-token`, save the token in a file only you can read (chmod 600) and name it in "
              "c.RelayApp.extra = {'engines': {'claude-code': {'login': 'own', 'oauth_token_file': PATH}}}")
 
@@ -852,6 +865,8 @@ class _OwnLogin:
     """Tokens of the run's finished requests, as the stream reported them."""
     _in: int = 0
     _out: int = 0
+    _streamed: int = 0
+    """UTF-8 bytes of the current request's streamed answer: an upper bound of its output tokens so far."""
     _stop_reason: str | None = None
 
     def cap(self, grant_cap: int | None) -> int | None:
@@ -859,25 +874,43 @@ class _OwnLogin:
         return min(caps) if caps else None
 
     def observe(self, event: dict[str, Any], grant_cap: int | None) -> str | None:
-        """Count one stream event; the one-line reason when the run must stop now, else None."""
+        """Count one stream event; the one-line reason when the run must stop now, else None.
+
+        Three checks (docs/engines.md "Your own Claude login"): after a request that asked for tools, the next
+        one — which resends all of it — must leave room for :data:`MIN_NEXT_OUTPUT` output tokens, or the run
+        stops before the CLI sends it; at a request's ``message_start`` (its input now known) the same room must be
+        left, or it is stopped there; while it streams, its output is counted at one token per UTF-8 byte (a
+        token is at least one byte: never less than the truth), and the run stops once that passes the cap."""
         kind = event.get("type")
         cap = self.cap(grant_cap)
         if kind == "message_start":
-            if cap is not None and self.counted >= cap:  # a request past the cap got out: stop it at once
-                return f"token limit of {cap} per run reached ({self.counted} used)"
-            self._in, self._out, self._stop_reason = 0, 0, None
+            self._in, self._out, self._stop_reason, self._streamed = 0, 0, None, 0
             self._merge((event.get("message") or {}).get("usage"))
+            if cap is not None and self.counted + self._in + MIN_NEXT_OUTPUT > cap:
+                # a request that cannot fit got out (its tool results made it larger than the last): stop it now
+                return (f"token limit of {cap} per run reached ({self.counted} used, {self._in} more asked by "
+                        "the next request)")
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            for key in ("text", "partial_json", "thinking"):
+                piece = delta.get(key)
+                if isinstance(piece, str):
+                    self._streamed += len(piece.encode("utf-8", "replace"))
+            if cap is not None and self.counted + self._in + max(self._out, self._streamed) > cap:
+                return (f"token limit of {cap} per run reached ({self.counted} used, {self._in} more in this "
+                        f"request's input, its answer stopped at about {self._streamed} bytes)")
         elif kind == "message_delta":
             self._merge(event.get("usage"))
             self._stop_reason = (event.get("delta") or {}).get("stop_reason") or self._stop_reason
         elif kind == "message_stop":
             last = self._in + self._out
             self.counted += last
-            self._in = self._out = 0
-            # the model asked for tools: the CLI's next request resends all of this one, and more
-            if cap is not None and self._stop_reason == "tool_use" and not self.counted + last <= cap:
-                return (f"token limit of {cap} per run reached ({self.counted} used, at least {last} more for the "
-                        "next request)")
+            self._in = self._out = self._streamed = 0
+            # the model asked for tools: the CLI's next request resends all of this one, and more, and needs room
+            # for an answer
+            if cap is not None and self._stop_reason == "tool_use" and self.counted + last + MIN_NEXT_OUTPUT > cap:
+                return (f"token limit of {cap} per run reached ({self.counted} used, at least "
+                        f"{last + MIN_NEXT_OUTPUT} more for the next request)")
         return None
 
     def _merge(self, usage: Any) -> None:

@@ -120,7 +120,8 @@ async def test_a_broker_killed_mid_mcp_call_through_the_gateway_restarts_with_th
         fake.enqueue(Reply(text("Waiting on it."), tool_use("mcp__relay__t__hang", {"seconds": 600},
                                                             id="toolu_cc_mcp_crash")))
         report = await _crash(tmp_path, fake, tmp_path / "unused", "--tool", "t__hang", "--mcp-dir", str(notes))
-        assert report["call_id"].startswith("mcpgw_") and len(fake.requests) == 1
+        # journalled under the model's own tool_use id (the hook announced it to the gateway)
+        assert report["call_id"] == "toolu_cc_mcp_crash" and len(fake.requests) == 1
         async with asyncio.timeout(30):  # the CLI's tree and the user's MCP server (its stdin closed) are gone
             while processes_under(tmp_path):
                 await asyncio.sleep(0.1)

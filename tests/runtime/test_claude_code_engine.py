@@ -259,6 +259,51 @@ async def test_cancel_kills_the_cli_and_its_children_with_one_terminal_event(rig
         await _close(broker)
 
 
+async def test_cancel_kills_what_a_bash_command_daemonised(rig, fake):
+    """A ``Bash`` command that escapes on purpose — ``setsid`` (a session of its own), ``setsid -f`` (a fork that
+    leaves its parent at once), ``nohup ... &`` and a plain ``sleep 300 &``, each re-parented away from the shell as
+    soon as the command returns — leaves nothing alive after a cancel: the launcher is the CLI's child subreaper,
+    so every one of them stays in its tree, and the engine kills the whole tree."""
+    broker, _ = rig
+    try:
+        tag = str(1000 + secrets.randbelow(8000))
+        py = "/usr/bin/python3 -c 'import signal, time; signal.signal(signal.SIGHUP, signal.SIG_IGN); time.sleep({})'"
+        escapes = [f"setsid {py.format('31' + tag)} >/dev/null 2>&1 < /dev/null &",
+                   f"setsid -f {py.format('32' + tag)} >/dev/null 2>&1 < /dev/null",
+                   f"nohup {py.format('33' + tag)} >/dev/null 2>&1 &",
+                   f"sleep 34{tag} >/dev/null 2>&1 &"]
+        markers = [f"time.sleep(3{n}{tag})".encode() for n in (1, 2, 3)] + [f"34{tag}".encode()]
+        command = " ".join(escapes) + " /usr/bin/python3 -c 'import time; time.sleep(600)'"
+        fake.enqueue(Reply(tool_use("Bash", {"command": command, "description": "daemonise"})), Reply("late"))
+        run_id = (await call_method(broker, NB, "run.start",
+                                    {"conversation": "c6", "prompt": "daemonise", "mode": "full"}))["run_id"]
+
+        def escaped() -> dict[bytes, int]:
+            found = {}
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    except OSError:
+                        continue
+                    for m in markers:
+                        if m in cmd.replace(b"\0", b" ") and state != "Z":
+                            found[m] = int(pid)
+            return found
+
+        async with asyncio.timeout(90):
+            while len(escaped()) < len(markers):
+                await asyncio.sleep(0.1)
+        sessions = {os.getsid(pid) for pid in escaped().values()}
+        assert len(sessions) >= 3  # they really left the command's session (setsid twice, and the shell's own)
+        assert (await call_method(broker, NB, "run.cancel", {"run_id": run_id})) == {"cancelled": True}
+        assert await terminal(broker, run_id) == EventType.CANCELLED
+        assert escaped() == {}  # nothing the command daemonised survived the cancel
+    finally:
+        await _close(broker)
+
+
 async def test_missing_pieces_fail_in_one_line(tmp_path, fake):
     broker = Broker.open(BrokerConfig(in_memory=True, default_model=MODEL))
     broker.grants.issue(Grant(origin=NB.origin, tools=frozenset({"*"}), models=frozenset({"*"}), consent_id="t"))

@@ -109,8 +109,9 @@ async def test_own_login_refusals_are_one_line_and_send_nothing(tmp_path, fake):
 async def test_own_login_counts_each_requests_usage_and_stops_before_the_request_past_the_cap(tmp_path, fake):
     """relay sees no request of the user's own login, but the SDK's stream reports each one's usage: it is counted
     into the run, and once the next request (which resends the whole conversation) would pass the grant's
-    ``max_tokens_per_run`` the run stops before the CLI sends it — not only once, at the start."""
-    broker = _broker(tmp_path, fake, _token_file(tmp_path), budget=Budget(max_tokens_per_run=13_000))
+    ``max_tokens_per_run`` with room for a short answer (1,024 tokens) the run stops before the CLI sends it — not
+    only once, at the start."""
+    broker = _broker(tmp_path, fake, _token_file(tmp_path), budget=Budget(max_tokens_per_run=14_000))
     try:
         ws = workspace(broker, "o4")
         script = []
@@ -122,12 +123,58 @@ async def test_own_login_counts_each_requests_usage_and_stops_before_the_request
         run_id = (await call_method(broker, NB, "run.start", {"conversation": "o4", "prompt": "read them",
                                                               "mode": "full"}))["run_id"]
         assert await terminal(broker, run_id) == EventType.BUDGET_EXHAUSTED, terminal_data(broker, run_id)
-        # 6,040 then 12,080 counted; a third request would resend at least 6,040 more: past 13,000, never sent
+        # 6,040 counted (the next, at least 6,040 + 1,024 more, fits 14,000), then 12,080: a third request would
+        # resend at least 6,040 more and need room for 1,024 output tokens: past 14,000, never sent
         assert len(fake.requests) == 2
         message = terminal_data(broker, run_id)["message"]
-        assert message.startswith("token limit of 13000 per run reached (12080 used") and "\n" not in message
+        assert message == ("token limit of 14000 per run reached (12080 used, at least 7064 more for the next "
+                           "request)")
         assert len(events(broker, run_id, EventType.BUDGET_EXHAUSTED)) == 1
         # the run's ledger charge never passes its reservation (20,000 here)
         assert broker.ledger.usage(NB.origin)["tokens"] <= 20_000
+    finally:
+        await close(broker)
+
+
+async def test_own_login_stops_a_request_whose_input_leaves_no_room_at_its_message_start(tmp_path, fake):
+    """The next request resends the conversation and adds the tool results, which relay cannot count before the
+    CLI sends it: once its ``message_start`` reports an input that leaves no room for a short answer under the
+    cap, the run stops there — the answer of that request is never waited for."""
+    broker = _broker(tmp_path, fake, _token_file(tmp_path), budget=Budget(max_tokens_per_run=14_000))
+    try:
+        ws = workspace(broker, "o5")
+        (ws / "big.txt").write_text("big\n")
+        fake.enqueue(Reply(tool_use("Read", {"file_path": str(ws / "big.txt")}),
+                           usage=Usage(input_tokens=6_000, output_tokens=40)),
+                     Reply("x" * 4000, usage=Usage(input_tokens=9_000, output_tokens=2_000)),
+                     Reply("never reached"))
+        run_id = (await call_method(broker, NB, "run.start", {"conversation": "o5", "prompt": "read it",
+                                                              "mode": "full"}))["run_id"]
+        assert await terminal(broker, run_id) == EventType.BUDGET_EXHAUSTED, terminal_data(broker, run_id)
+        assert len(fake.requests) == 2
+        assert terminal_data(broker, run_id)["message"] == (
+            "token limit of 14000 per run reached (6040 used, 9000 more asked by the next request)")
+        assert broker.ledger.usage(NB.origin)["tokens"] <= 20_000
+    finally:
+        await close(broker)
+
+
+async def test_own_login_stops_an_answer_mid_stream_once_its_bytes_pass_the_cap(tmp_path, fake):
+    """An answer's output tokens are reported only at its end: while it streams, relay counts one token per UTF-8
+    byte (never fewer than the truth) and stops the run once that passes what the cap leaves — the CLI is killed
+    mid-answer rather than left to spend up to its own ``max_tokens``."""
+    broker = _broker(tmp_path, fake, _token_file(tmp_path), budget=Budget(max_tokens_per_run=14_000))
+    try:
+        long_answer = " ".join(f"word{i}" for i in range(4000))  # about 27,000 bytes; 6,000 input + that > 14,000
+        fake.enqueue(Reply(long_answer, usage=Usage(input_tokens=6_000, output_tokens=9_000)))
+        run_id = (await call_method(broker, NB, "run.start", {"conversation": "o6", "prompt": "write a lot"}))[
+            "run_id"]
+        assert await terminal(broker, run_id) == EventType.BUDGET_EXHAUSTED, terminal_data(broker, run_id)
+        message = terminal_data(broker, run_id)["message"]
+        assert message.startswith("token limit of 14000 per run reached (0 used, 6000 more in this request's input, "
+                                  "its answer stopped at about "), message
+        stopped_at = int(message.rsplit("about ", 1)[1].split(" ")[0])
+        assert 8_000 < stopped_at < len(long_answer)  # past what was left (8,000), before the answer's end
+        assert len(fake.requests) == 1
     finally:
         await close(broker)

@@ -2,7 +2,8 @@
 MCP gateway (docs/mcp.md) as its only MCP server, with a token minted for the run; a CLI call of a tool
 from relay's registry gets the gate's decision — a pinned read runs without a card, a write asks the run's
 kernel (Deny: nothing written, the model reads the refusal; Approve: written), a tool outside the grant is
-refused — each audited with a gateway call id; the token is revoked when the run ends.
+refused — each journalled and audited under the model's own ``tool_use`` id; the token is revoked when the run
+ends.
 
 The REAL bundled ``claude`` CLI against ``FakeAnthropic``, with the shipped test MCP server over stdio as the
 user's server; ``peer``, only inside ``unshare -n``.
@@ -79,9 +80,10 @@ async def test_cli_mcp_calls_get_the_gates_decision(tmp_path, fake):
         assert not results["toolu_echo"].get("is_error")
         assert results["toolu_no"].get("is_error") and "CONSENT_DENIED" in result_text(results["toolu_no"])
         assert results["toolu_hang"].get("is_error")  # not in the grant: not offered, and refused if called
-        gateway_calls = [r for r in broker.audit.tail(1000, origin=NB.origin)
-                         if (r.call_id or "").startswith("mcpgw_")]
-        assert {(r.tool, r.decision) for r in gateway_calls} >= {("t__echo", "allow"), ("t__write_note", "deny")}
+        # audited under the model's own tool_use ids (the engine's hook announced each call to the gateway)
+        audited = {(r.call_id, r.tool, r.decision) for r in broker.audit.tail(1000, origin=NB.origin)}
+        assert {("toolu_echo", "t__echo", "allow"), ("toolu_no", "t__write_note", "deny")} <= audited
+        assert not [r for r in broker.audit.tail(1000, origin=NB.origin) if (r.call_id or "").startswith("mcpgw_")]
         # the run's gateway token died with the run
         assert not mcp_gateway_of(broker)._sessions
 
@@ -92,5 +94,7 @@ async def test_cli_mcp_calls_get_the_gates_decision(tmp_path, fake):
         assert await terminal(broker, run_id) == EventType.DONE
         assert (notes / "approved.txt").read_text() == "yes"
         assert len(events(broker, run_id, EventType.PERMISSION_REQUEST)) == 1  # one card, not one per layer
+        run = (await call_method(broker, NB, "runs.get", {"run_id": run_id}))["run"]
+        assert [(c["call_id"], c["tool"]) for c in run["calls"]] == [("toolu_yes", "t__write_note")]
     finally:
         await _stop(broker)
