@@ -145,7 +145,11 @@ class ProtectedPaths:
         """
         parts = split_relpath(target)
         literal = self.root.joinpath(*parts)
-        resolved = Path(os.path.realpath(literal))
+        try:
+            resolved = Path(os.path.realpath(literal))
+        except OSError:  # a component swapped while realpath read it (lstat saw a link, readlink did not)
+            raise WorkspaceRefusal(Code.PATH_REFUSED, f"{target!r} is refused: it changed while it was checked",
+                                   data={"target": target, "reason": "changed while checked"}) from None
         reason = self.reason(parts, resolved)
         if reason:
             raise WorkspaceRefusal(Code.PATH_REFUSED, f"{target!r} is refused: {reason}",
