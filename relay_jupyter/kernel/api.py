@@ -14,7 +14,8 @@
   cost, tool calls with their decisions), read from the notebook's saved outputs (docs/provenance.md).
 - ``relay.anthropic()`` / ``relay.async_anthropic()``: official ``anthropic`` SDK clients that reach Claude
   through relay's gate with this kernel's credential; ``relay.claude_env()``: the environment for a ``claude``
-  CLI subprocess (``kernel/sdk_clients.py``, docs/proxy.md).
+  CLI subprocess (``kernel/sdk_clients.py``, docs/proxy.md); ``relay.openai()`` / ``relay.async_openai()``: official
+  ``openai`` SDK clients on relay's OpenAI-compatible endpoint (``relay/openai/v1``), the same way.
 - ``relay.telemetry()``: this notebook's model requests (endpoints and ``%%agent`` turns) as a pandas DataFrame:
   tokens, cost, latency, time to first token, status, session, lineage; ``relay.spend()``: a matplotlib figure
   of spend and tokens over time per model (``kernel/telemetry_view.py``, docs/telemetry.md).
@@ -62,7 +63,8 @@ class Relay:
 
     def __repr__(self) -> str:
         return ("relay: connect(tools) grants() budget() audit() runs() run(run_id) diff(path) checkpoints() "
-                "revert(checkpoint_id) kill() provenance() anthropic() async_anthropic() claude_env() telemetry() "
+                "revert(checkpoint_id) kill() provenance() anthropic() async_anthropic() claude_env() openai() "
+                "async_openai() telemetry() "
                 "spend()")
 
     def _endpoint(self) -> Any:
@@ -117,6 +119,19 @@ class Relay:
         from .sdk_clients import anthropic_client
 
         return anthropic_client(self._endpoint(), asynchronous=True, **kwargs)
+
+    def openai(self, **kwargs: Any) -> Any:
+        """An ``openai.OpenAI`` client whose requests go through relay's OpenAI-compatible endpoint (grant, budget,
+        audit; the broker's upstream and key). Keyword arguments go to the SDK (``profile=``, ``max_retries``, ...)."""
+        from .sdk_clients import openai_client
+
+        return openai_client(self._endpoint(), **kwargs)
+
+    def async_openai(self, **kwargs: Any) -> Any:
+        """The ``openai.AsyncOpenAI`` twin of :meth:`openai` (``await`` it in a cell)."""
+        from .sdk_clients import openai_client
+
+        return openai_client(self._endpoint(), asynchronous=True, **kwargs)
 
     def claude_env(self) -> dict[str, str]:
         """Environment for ``subprocess.run(["claude", "-p", ...], env=relay.claude_env())``: the CLI's model

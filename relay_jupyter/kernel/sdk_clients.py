@@ -1,5 +1,6 @@
 """``relay.anthropic()``, ``relay.async_anthropic()``, ``relay.claude_env()``: Claude from your own code through
-relay's Anthropic-compatible endpoint (docs/proxy.md, issue 16 item 7).
+relay's Anthropic-compatible endpoint (docs/proxy.md, issue 16 item 7); ``relay.openai()``, ``relay.async_openai()``:
+the official ``openai`` SDK through relay's OpenAI-compatible endpoint (``relay/openai/v1``, issue 16 item 8).
 
 The clients are the official ``anthropic`` SDK's, pointed at ``<relay>/anthropic`` with this kernel's own
 credential as the API key — which is all the kernel holds: the broker checks the notebook's grant, reserves
@@ -19,14 +20,15 @@ from urllib.parse import urlsplit
 
 from .errors import AgentError
 
-__all__ = ["anthropic_client", "claude_env", "endpoint_target"]
+__all__ = ["anthropic_client", "claude_env", "endpoint_target", "openai_client"]
 
 _QUIET = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
 
-def endpoint_target(endpoint: Any) -> tuple[str, str, dict[str, str], str | None]:
+def endpoint_target(endpoint: Any, wire: str = "anthropic") -> tuple[str, str, dict[str, str], str | None]:
     """(base_url, api_key, default_headers, unix socket path or None) for the SDKs, from a kernel
-    :class:`~relay_jupyter.kernel.client.Endpoint`."""
+    :class:`~relay_jupyter.kernel.client.Endpoint`; ``wire``: ``anthropic`` or ``openai/v1`` (the path under
+    ``relay/``)."""
     auth = endpoint.auth or ""
     scheme, _, value = auth.partition(" ")
     key = value.strip() if scheme in ("RelayKernel", "Bearer") and value.strip() else "unix-socket-peer"
@@ -36,9 +38,15 @@ def endpoint_target(endpoint: Any) -> tuple[str, str, dict[str, str], str | None
         headers["X-Relay-Kernel"] = credential
     parts = urlsplit(endpoint.url)
     if parts.scheme == "unix":
-        return "http://localhost/relay/anthropic", key, headers, parts.path
+        return f"http://localhost/relay/{wire}", key, headers, parts.path
     base = endpoint.url if endpoint.url.endswith("/") else endpoint.url + "/"
-    return base + "anthropic", key, headers, None
+    return base + wire, key, headers, None
+
+
+def _profile_header(profile: Any, call: str) -> str:
+    if not isinstance(profile, str) or not profile.strip():
+        raise AgentError(f"{call}(profile=...) takes a profile name (jupyter relay profiles list)")
+    return profile.strip()
 
 
 def anthropic_client(endpoint: Any, *, asynchronous: bool = False, profile: str | None = None, **kwargs: Any) -> Any:
@@ -56,15 +64,39 @@ def anthropic_client(endpoint: Any, *, asynchronous: bool = False, profile: str 
     base_url, key, headers, socket_path = endpoint_target(endpoint)
     headers = {**headers, **kwargs.pop("default_headers", {})}
     if profile is not None:
-        if not isinstance(profile, str) or not profile.strip():
-            raise AgentError("relay.anthropic(profile=...) takes a profile name (jupyter relay profiles list)")
-        headers["X-Relay-Profile"] = profile.strip()
+        headers["X-Relay-Profile"] = _profile_header(profile, "relay.anthropic")
     if socket_path is not None and "http_client" not in kwargs:
         import httpx2  # the SDK's own transport library
 
         transport = (httpx2.AsyncHTTPTransport if asynchronous else httpx2.HTTPTransport)(uds=socket_path)
         kwargs["http_client"] = (httpx2.AsyncClient if asynchronous else httpx2.Client)(transport=transport)
     cls = anthropic.AsyncAnthropic if asynchronous else anthropic.Anthropic
+    return cls(api_key=key, base_url=base_url, default_headers=headers, **kwargs)
+
+
+def openai_client(endpoint: Any, *, asynchronous: bool = False, profile: str | None = None, **kwargs: Any) -> Any:
+    """An ``openai.OpenAI`` (or ``AsyncOpenAI``) client wired to relay's OpenAI-compatible endpoint with this
+    kernel's credential as its API key (sent as ``Authorization: Bearer``); ``profile``: a named upstream of the
+    broker that the notebook's grant lists (``X-Relay-Profile``). The broker forwards to its configured
+    ``openai_base_url`` (or the profile's) with its own key, after the gate.
+
+    Raises:
+        AgentError: the ``openai`` package is not installed in this kernel's environment.
+    """
+    try:
+        import openai
+    except ImportError:
+        raise AgentError("relay.openai() needs the openai package in this kernel: pip install openai") from None
+    base_url, key, headers, socket_path = endpoint_target(endpoint, "openai/v1")
+    headers = {**headers, **kwargs.pop("default_headers", {})}
+    if profile is not None:
+        headers["X-Relay-Profile"] = _profile_header(profile, "relay.openai")
+    if socket_path is not None and "http_client" not in kwargs:
+        import httpx  # the openai SDK's own transport library
+
+        transport = (httpx.AsyncHTTPTransport if asynchronous else httpx.HTTPTransport)(uds=socket_path)
+        kwargs["http_client"] = (httpx.AsyncClient if asynchronous else httpx.Client)(transport=transport)
+    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
     return cls(api_key=key, base_url=base_url, default_headers=headers, **kwargs)
 
 

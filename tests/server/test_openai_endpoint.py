@@ -96,3 +96,33 @@ def test_the_kernels_credential_reaches_the_upstream_through_the_gate(served) ->
     assert all(r["arguments"].get("purpose") == "proxy" for r in proxied if r["decision"] == "allow")
     budget = srv.kernel_rpc(credential, "budget.get")["result"]
     assert budget["usage"]["tokens"] >= 9 + 4 and budget["usage"]["reserved_tokens"] == 0
+
+
+def test_relay_openai_helpers_in_a_cell(served) -> None:
+    """``relay.openai()`` / ``relay.async_openai()`` (issue 16): the official SDK wired to ``relay/openai/v1`` with
+    the kernel's credential (imported only when called), through the gate like any request of the notebook."""
+    srv, fake, kc, credential, relay_url = served
+    srv.kernel_rpc(credential, "grants.create", {"tools": [], "models": [MODEL]})
+    before = len(fake.requests)
+    fake.enqueue(Reply(text("sync openai helper")), Reply(text("async openai helper")))
+    _, msgs = execute(kc, "%load_ext relay_jupyter\nimport os\n"
+                          "c = relay.openai(max_retries=0)\n"
+                          "print(str(c.base_url), c.api_key == os.environ['RELAY_KERNEL_CREDENTIAL'])\n"
+                          f"print(c.chat.completions.create(model={MODEL!r}, max_tokens=16,"
+                          " messages=[{'role': 'user', 'content': 'x'}]).choices[0].message.content)\n"
+                          "a = relay.async_openai(max_retries=0)\n"
+                          f"r = await a.chat.completions.create(model={MODEL!r}, max_tokens=16,"
+                          " messages=[{'role': 'user', 'content': 'y'}])\n"
+                          "print(r.choices[0].message.content)\n"
+                          "try:\n"
+                          f"    relay.openai(max_retries=0).chat.completions.create(model='gpt-other-2', max_tokens=8,"
+                          " messages=[{'role': 'user', 'content': 'z'}])\n"
+                          "except Exception as e:\n"
+                          "    print(type(e).__name__, e.body['code'])\n", timeout=90)
+    out = text_of(msgs)
+    assert f"{relay_url}openai/v1/ True" in out, out
+    assert "sync openai helper" in out and "async openai helper" in out, out
+    assert "PermissionDeniedError SCOPE_EXCEEDED" in out, out  # a model outside the grant: refused by the gate
+    assert len(fake.requests) == before + 2  # the refused request never reached the upstream
+    assert KEY not in out
+    assert fake.saw_api_key(KEY) and not fake.saw_api_key(credential)  # the broker's key upstream, never the kernel's

@@ -30,6 +30,7 @@ from relay_jupyter.broker.config import BrokerConfig
 from relay_jupyter.core.caller import Caller, CallerKind
 from relay_jupyter.core.errors import ConfigRefusal, GateRefusal
 from relay_jupyter.core.types import Grant
+from relay_jupyter.kernel.errors import AgentError
 from relay_jupyter.kernel.sdk_clients import anthropic_client
 from relay_jupyter.server.plain import make_app
 from relay_jupyter.testing import FakeAnthropic, FakeOpenAI
@@ -165,6 +166,20 @@ def test_relay_anthropic_sends_the_profile() -> None:
     client = anthropic_client(endpoint, profile="team")
     assert client.default_headers["X-Relay-Profile"] == "team" and client.api_key == "cred"
     assert "X-Relay-Profile" not in anthropic_client(endpoint).default_headers
+
+
+def test_relay_openai_sends_the_profile_to_the_openai_endpoint() -> None:
+    from relay_jupyter.kernel.sdk_clients import openai_client
+
+    endpoint = SimpleNamespace(url="http://127.0.0.1:1/relay/", auth="RelayKernel cred", client_name="kernel")
+    client = openai_client(endpoint, profile="local", max_retries=0)
+    assert str(client.base_url) == "http://127.0.0.1:1/relay/openai/v1/" and client.api_key == "cred"
+    assert client.default_headers["X-Relay-Profile"] == "local"
+    assert "X-Relay-Profile" not in openai_client(endpoint).default_headers
+    with pytest.raises(AgentError):
+        openai_client(endpoint, profile=" ")
+    on_socket = openai_client(SimpleNamespace(url="unix:///run/relay.sock", auth="", client_name="kernel"))
+    assert str(on_socket.base_url) == "http://localhost/relay/openai/v1/"  # the daemon's socket, its own transport
 
 
 def test_profiles_list_shows_entries_never_keys(tmp_path) -> None:
