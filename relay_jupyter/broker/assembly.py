@@ -117,7 +117,13 @@ def _mcp_registry(broker: Broker) -> Any:
     config = load_config(broker.config.mcp_config_path)
     for name, problem in config.problems.items():
         log.warning("mcp.json%s: %s", f" server {name!r}" if name else "", problem)
-    return McpRegistry(config, broker.store)
+    registry = McpRegistry(config, broker.store)
+    # machine-to-machine MCP servers (OAuth client_credentials): the client secret from the secrets file only
+    from ..backends.keys import KeySource
+
+    secrets_file = broker.config.secrets_file
+    registry.enable_client_credentials(lambda entry: KeySource({}, secrets_file, env={}).get(entry))
+    return registry
 
 
 async def start_components(broker: Broker) -> None:

@@ -13,7 +13,8 @@ that server with a one-line message in :attr:`McpConfig.problems`, the others st
 that is not JSON at all disables every server (problem under the key ``""``).
 
 Accepted per-entry keys: ``command``, ``args``, ``env``, ``cwd`` (stdio); ``url``, ``headers``
-(Streamable HTTP); and ``type`` (``stdio`` | ``http`` | ``streamable-http``), ``disabled``,
+(Streamable HTTP; and for the OAuth ``client_credentials`` grant ``client_id``, ``issuer``,
+``client_secret_entry``, ``scope``, ``token_auth``: the secret itself only in the secrets file); and ``type`` (``stdio`` | ``http`` | ``streamable-http``), ``disabled``,
 ``timeout`` (per-call seconds). Unknown keys are refused, so a typo never silently drops a setting.
 Header and env *values* are secrets: they never appear in a message, a log line or ``repr``.
 """
@@ -28,7 +29,7 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.errors import Code, ConfigRefusal
 from ..core.redact import mask_argv, mask_secret_text
@@ -124,6 +125,47 @@ class HttpServerConfig(_Entry):
     url: str
     headers: dict[str, str] = {}
     """Sent with every request; tokens go here, never in the URL. Values never shown."""
+
+    client_id: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")] | None = None
+    """A machine client of the server's authorization server (OAuth ``client_credentials``): relay gets its
+    tokens with this id and the client secret from the relay secrets file, no person involved."""
+    issuer: str | None = None
+    """With ``client_id``, required: the authorization server the client secret may be sent to (its metadata's
+    ``issuer``, exactly); a server that leads anywhere else gets nothing."""
+    client_secret_entry: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")] | None = None
+    """The secrets file's entry holding the client secret (default ``mcp.<name>``)."""
+    scope: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[\x21-\x7e]+( [\x21-\x7e]+)*$")] | None = None
+    token_auth: Literal["client_secret_basic", "client_secret_post"] | None = None
+    """How the client authenticates at the token endpoint (default ``client_secret_basic``)."""
+
+    @model_validator(mode="after")
+    def _client_credentials(self) -> HttpServerConfig:
+        extra = [k for k in ("issuer", "client_secret_entry", "scope", "token_auth") if getattr(self, k) is not None]
+        if self.client_id is None:
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only with 'client_id' (the client_credentials grant)")
+            return self
+        if self.issuer is None:
+            raise ValueError("'client_id' needs 'issuer': the authorization server the client secret may be sent to")
+        if any(k.lower() == "authorization" for k in self.headers):
+            raise ValueError("'client_id' and an Authorization header: use one way to authenticate")
+        return self
+
+    @property
+    def secret_entry(self) -> str:
+        """Where the client secret lives in the secrets file."""
+        return self.client_secret_entry or f"mcp.{self.name}"
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer_policy(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            check_endpoint(value)
+        except ConfigRefusal as exc:
+            raise ValueError(exc.message) from None
+        return value
 
     @field_validator("url")
     @classmethod
@@ -224,6 +266,10 @@ def _parse_entry(name: str, raw: Any) -> ServerConfig | None:
         raise ConfigRefusal(Code.CONFIG_INVALID, "an entry needs 'command' (stdio) or 'url' (http)")
     if kind == "stdio" and not has_command or kind in _HTTP_TYPES and not has_url:
         raise ConfigRefusal(Code.CONFIG_INVALID, f"'type': {kind!r} does not match the entry's keys")
+    if "client_secret" in entry:  # never echoed; the secrets file is the one place for it
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"mcp.json holds no client secret: put it in the relay secrets file "
+                                                 f"(c.RelayApp.secrets_file, mode 0600) under \"mcp.{name}\" "
+                                                 "(or the entry named by 'client_secret_entry')")
     model: type[_Entry] = StdioServerConfig if has_command else HttpServerConfig
     try:
         config = model.model_validate({**entry, "name": name})

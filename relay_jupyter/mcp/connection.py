@@ -33,9 +33,11 @@ import anyio
 import anyio.lowlevel
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp.client.auth.exceptions import OAuthFlowError
 from mcp_types import CONNECTION_CLOSED, Implementation
 
 from ..core.errors import Code, Refusal
+from ..core.redact import mask_secret_text
 from .config import HttpServerConfig, ServerConfig, StdioServerConfig
 from .discovery import DEFAULT_MAX_OUTPUT_BYTES, MAX_LIST_PAGES, render_result, truncate_text
 from .elicitation import (
@@ -217,6 +219,12 @@ class McpConnection:
                 raise inner from None
             if type(inner).__name__ == "SignInNeeded":  # mcp/signin.py: OAuth needs a person, none asked yet
                 raise McpToolError(self.name, "auth", self._sign_in_message()) from None
+            if isinstance(inner, OAuthFlowError) and getattr(self.config, "client_id", None):
+                # a machine client (client_credentials): the authorization server refused, or is not the issuer
+                # configured; its text is the SDK's (the server's error code), cut, never a secret of ours
+                said = mask_secret_text(" ".join(str(inner).split()))[:300]
+                raise McpToolError(self.name, "auth", f"MCP server {self.name!r} at {self.config.shown_source}: the "
+                                   f"OAuth client_credentials grant failed: {said}") from None
             reason = "version" if _sdk_refused_version(inner) is not None else (
                 "auth" if self._auth_status() is not None else "connect")
             raise McpToolError(self.name, reason, self._connect_message(inner)) from None

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-__all__ = ["FileTokenStore", "SignIn", "oauth_provider"]
+__all__ = ["FileTokenStore", "MemoryTokenStore", "SignIn", "client_credentials_provider", "oauth_provider"]
 
 REDIRECT_PATH = "relay/mcp-oauth/callback"
 
@@ -129,3 +129,40 @@ def oauth_provider(server: str, url: str, store: FileTokenStore, sign_in: SignIn
 
     return OAuthClientProvider(server_url=url, client_metadata=metadata, storage=store,
                                redirect_handler=redirect, callback_handler=callback)
+
+
+class MemoryTokenStore:
+    """The SDK's ``TokenStorage`` in memory: a machine client's tokens (``client_credentials``) are not kept on disk;
+    the broker gets a new one with the client secret after a restart."""
+
+    def __init__(self) -> None:
+        self._tokens: OAuthToken | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self._tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self._tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return None  # the provider holds the configured client; nothing is registered
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        return None  # never stored: it would carry the client secret
+
+    def __repr__(self) -> str:
+        return "MemoryTokenStore(<hidden>)"
+
+
+def client_credentials_provider(url: str, store: Any, *, client_id: str, client_secret: str, issuer: str,
+                                scope: str | None = None,
+                                token_auth: str | None = None) -> OAuthClientProvider:
+    """The SDK's ``client_credentials`` provider (RFC 6749 §4.4: a machine client, no person): tokens only from the
+    authorization server whose metadata's ``issuer`` is exactly ``issuer`` (the SDK stops the flow otherwise, so a
+    server cannot send the client secret to an authorization server of its choosing)."""
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+    method = token_auth or "client_secret_basic"
+    return ClientCredentialsOAuthProvider(server_url=url, storage=store, client_id=client_id,
+                                          client_secret=client_secret, scope=scope, issuer=issuer,
+                                          token_endpoint_auth_method=method)  # type: ignore[arg-type]

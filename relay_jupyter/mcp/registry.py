@@ -24,18 +24,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 from urllib.parse import urlsplit
 
 from ..core.classify import classify
-from ..core.errors import Code, RoutingRefusal
+from ..core.errors import Code, ConfigRefusal, RoutingRefusal
 from ..core.tooling import Preflight, ToolContext, ToolResult, as_result
 from ..core.types import ToolClass, ToolSpec
 from .config import HttpServerConfig, McpConfig, ServerConfig, StdioServerConfig
 from .connection import McpConnection, McpToolError
 from .discovery import DEFAULT_MAX_OUTPUT_BYTES, DiscoveredTool, convert_tools, split_name
 from .elicitation import call_context
+from .oauth import MemoryTokenStore, client_credentials_provider
 from .pins import PinBook, PinStore
 from .stdio import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -85,6 +87,33 @@ class _Server:
     has_resources: bool | None = None
     """The server announced ``resources`` and listed at least one (checked once per connection): relay then
     offers ``<server>__list_resources`` / ``<server>__read_resource``."""
+
+
+class _ClientCredentials:
+    """``McpConnection.http_auth`` of a machine client: the SDK's ``client_credentials`` provider per connection,
+    the secret looked up at each connect, the tokens in memory for the registry's life (one token, reused)."""
+
+    def __init__(self, config: HttpServerConfig, secret_of: Callable[[str], Any]) -> None:
+        self.config, self.secret_of = config, secret_of
+        self.store = MemoryTokenStore()
+
+    def __call__(self, config: HttpServerConfig) -> Any:
+        entry = config.secret_entry
+        try:
+            secret = self.secret_of(entry)
+        except ConfigRefusal as exc:  # the secrets file is unsafe or unreadable: its message never holds a value
+            raise McpToolError(config.name, "auth", f"MCP server {config.name!r}: {exc.message}") from None
+        value = secret.reveal() if secret is not None else ""
+        if not value:
+            raise McpToolError(config.name, "auth",
+                               f"MCP server {config.name!r} is a machine client (client_id in mcp.json) but the relay "
+                               f"secrets file (c.RelayApp.secrets_file) has no entry {entry!r} with its client secret")
+        return client_credentials_provider(config.url, self.store, client_id=config.client_id or "",
+                                           client_secret=value, issuer=config.issuer or "", scope=config.scope,
+                                           token_auth=config.token_auth)
+
+    def __repr__(self) -> str:
+        return f"_ClientCredentials({self.config.name!r}, <secret hidden>)"
 
 
 class McpRegistry:
@@ -193,6 +222,16 @@ class McpRegistry:
 
     # -- OAuth sign-in (mcp/signin.py) -----------------------------------------------------------
 
+    def enable_client_credentials(self, secret_of: Callable[[str], Any]) -> None:
+        """Machine-to-machine servers (mcp.json ``client_id`` + ``issuer``): each connection gets the SDK's
+        ``client_credentials`` provider with the client secret ``secret_of(entry)`` returns (a ``Secret`` from the
+        relay secrets file, read at each connect; never logged, shown or stored elsewhere) and its tokens in memory.
+        A missing secret fails that server with one line naming the entry."""
+        for server in self._servers.values():
+            cfg = server.config
+            if isinstance(cfg, HttpServerConfig) and cfg.client_id is not None:
+                server.connection.http_auth = _ClientCredentials(cfg, secret_of)
+
     def enable_sign_in(self, sign_in: Any) -> None:
         """Switch OAuth on for the HTTP servers that have no ``Authorization`` header in mcp.json: the SDK's
         provider (tokens in ``sign_in``'s 0600 store) on each connection; a server that needs a person
@@ -200,7 +239,8 @@ class McpRegistry:
         self.sign_in = sign_in
         for server in self._servers.values():
             cfg = server.config
-            if isinstance(cfg, HttpServerConfig) and not any(k.lower() == "authorization" for k in cfg.headers):
+            if isinstance(cfg, HttpServerConfig) and cfg.client_id is None \
+                    and not any(k.lower() == "authorization" for k in cfg.headers):
                 server.connection.http_auth = sign_in.provider_for
                 server.connection.sign_in_hint = getattr(sign_in, "how_to", "").format(name=cfg.name) or None
 
@@ -256,8 +296,8 @@ class McpRegistry:
         out: list[dict[str, Any]] = []
         for name, server in self._servers.items():
             cfg = server.config
-            if server.connection.http_auth is None or not isinstance(cfg, HttpServerConfig):
-                continue
+            if server.connection.http_auth is None or not isinstance(cfg, HttpServerConfig) or cfg.client_id:
+                continue  # a machine client (client_credentials) signs in by itself
             pending = sign_in.active(name)
             entry: dict[str, Any] = {"server": name, "host": urlsplit(cfg.url).hostname or "",
                                      "has_token": sign_in.store(cfg.name, cfg.url).has_tokens(),
@@ -288,7 +328,8 @@ class McpRegistry:
         """
         sign_in = getattr(self, "sign_in", None)
         server = self._servers.get(name)
-        if sign_in is None or server is None or server.connection.http_auth is None:
+        if sign_in is None or server is None or server.connection.http_auth is None \
+                or getattr(server.config, "client_id", None) is not None:
             raise RoutingRefusal(Code.NOT_FOUND, f"no HTTP MCP server named {name!r} signs in with OAuth here "
                                                  "(only servers with a url and no Authorization header in mcp.json)")
         pending = sign_in.begin(name)

@@ -194,3 +194,93 @@ class OAuthMcpServer:
             self._uvicorn.should_exit = True
             self._thread.join(timeout=10)
             self._thread = None
+
+
+class ClientCredentialsAuth:
+    """A machine-to-machine authorization server (``client_credentials``, RFC 6749 §4.4) in memory: one client
+    (``client_id`` / ``client_secret``), authenticated with ``client_secret_basic`` or ``client_secret_post``;
+    also the MCP server's token verifier. The MCP SDK's server auth has no ``client_credentials`` grant, so the
+    token endpoint is written here (a few lines of the RFC)."""
+
+    def __init__(self, client_id: str, client_secret: str) -> None:
+        self.client_id, self.client_secret = client_id, client_secret
+        self.access: dict[str, AccessToken] = {}
+        self.tokens_issued = 0
+        self.refused = 0
+        self.auth_methods: list[str] = []
+        self.scopes: list[str | None] = []
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        found = self.access.get(token)
+        return found if found is not None and (found.expires_at or 0) >= time.time() else None
+
+    async def token(self, request: Request) -> Response:
+        import base64
+        from urllib.parse import unquote
+
+        form = await request.form()
+        given_id, given_secret, method = form.get("client_id"), form.get("client_secret"), "client_secret_post"
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("basic "):
+            try:
+                raw_id, _, raw_secret = base64.b64decode(header[6:]).decode().partition(":")
+            except ValueError:
+                raw_id = raw_secret = ""
+            given_id, given_secret, method = unquote(raw_id), unquote(raw_secret), "client_secret_basic"
+        if form.get("grant_type") != "client_credentials":
+            return _json({"error": "unsupported_grant_type"}, 400)
+        if not (secrets.compare_digest(str(given_id or ""), self.client_id)
+                and secrets.compare_digest(str(given_secret or ""), self.client_secret)):
+            self.refused += 1
+            return _json({"error": "invalid_client"}, 401)
+        self.tokens_issued += 1
+        self.auth_methods.append(method)
+        self.scopes.append(form.get("scope"))  # type: ignore[arg-type]
+        access = "cc-" + secrets.token_urlsafe(24)
+        self.access[access] = AccessToken(token=access, client_id=self.client_id, scopes=["mcp"],
+                                          expires_at=int(time.time()) + 3600)
+        return _json({"access_token": access, "token_type": "Bearer", "expires_in": 3600, "scope": "mcp"}, 200)
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+class ClientCredentialsMcpServer(OAuthMcpServer):
+    """``with ClientCredentialsMcpServer("bot", "s3cret") as srv`` — an MCP server that answers 401 until the client
+    presents a token from the ``client_credentials`` grant of the authorization server at ``srv.issuer`` (the
+    same port: ``/.well-known/oauth-authorization-server``, ``/token``). No person, no registration."""
+
+    def __init__(self, client_id: str, client_secret: str) -> None:
+        super().__init__()
+        self.auth = ClientCredentialsAuth(client_id, client_secret)
+
+    @property
+    def issuer(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _server(self) -> MCPServer:
+        base = self.issuer
+        server = MCPServer(
+            "cc-test", token_verifier=self.auth,
+            auth=AuthSettings(issuer_url=base, resource_server_url=f"{base}/mcp", validate_token_resource=False,
+                              required_scopes=["mcp"]))
+
+        @server.custom_route("/.well-known/oauth-authorization-server", methods=["GET"])
+        async def metadata(request: Request) -> Response:
+            return _json({"issuer": base, "token_endpoint": f"{base}/token", "response_types_supported": ["token"],
+                          "authorization_endpoint": f"{base}/authorize",  # required by the SDK's model; unused
+                          "grant_types_supported": ["client_credentials"],
+                          "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"]},
+                         200)
+
+        server.custom_route("/token", methods=["POST"])(self.auth.token)
+
+        @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+        def whoami() -> str:
+            self.calls.append("whoami")
+            return "machine client"
+
+        return server

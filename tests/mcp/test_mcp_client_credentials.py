@@ -1,0 +1,151 @@
+"""Machine-to-machine MCP servers: the OAuth ``client_credentials`` grant (issue 20 Deliver 2, the SDK's
+``ClientCredentialsOAuthProvider``), against a local authorization server of our own on 127.0.0.1
+(``oauth_mcp_server.ClientCredentialsMcpServer``: an MCP SDK server whose token verifier and token endpoint take
+only its one client's id and secret).
+
+mcp.json names ``client_id`` and ``issuer``; the secret is only in the relay secrets file (0600). The broker's
+registry (built as the broker builds it, ``broker/assembly._mcp_registry``) gets a token without a person, lists
+and calls the tool; the secret and the token appear in no status, event, audit record, log line or file of the
+data dir; a wrong or missing secret, an unsafe secrets file and a server pointing at another issuer fail that
+server with one line; a secret written into mcp.json is refused without being echoed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from oauth_mcp_server import ClientCredentialsMcpServer
+
+from relay_jupyter.broker.assembly import _mcp_registry
+from relay_jupyter.broker.broker import Broker
+from relay_jupyter.broker.config import BrokerConfig
+from relay_jupyter.mcp.config import parse_config
+
+CLIENT_ID = "relay-bot"
+SECRET = "cc-secret-5f1e9a7b"
+
+
+@pytest.fixture
+def cc_server():
+    with ClientCredentialsMcpServer(CLIENT_ID, SECRET) as srv:
+        yield srv
+
+
+def _write(path: Path, data: object, mode: int = 0o600) -> Path:
+    path.write_text(json.dumps(data))
+    os.chmod(path, mode)
+    return path
+
+
+def _broker(tmp_path: Path, entry: dict, secrets: dict | None) -> Broker:
+    mcp_json = _write(tmp_path / "mcp.json", {"mcpServers": {"m2m": entry}})
+    secrets_file = _write(tmp_path / "secrets.json", secrets) if secrets is not None else None
+    return Broker.open(BrokerConfig(data_dir=tmp_path / "data", mcp_config_path=mcp_json, secrets_file=secrets_file))
+
+
+def _entry(srv: ClientCredentialsMcpServer, **extra: str) -> dict:
+    return {"url": srv.url, "client_id": CLIENT_ID, "issuer": srv.issuer, **extra}
+
+
+@pytest.mark.parametrize("token_auth", [None, "client_secret_post"])
+async def test_a_machine_client_gets_its_token_without_a_person(
+        cc_server: ClientCredentialsMcpServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        token_auth: str | None) -> None:
+    caplog.set_level(logging.DEBUG)
+    extra = {"token_auth": token_auth} if token_auth else {}
+    broker = _broker(tmp_path, _entry(cc_server, scope="mcp", **extra), {"mcp.m2m": SECRET})
+    registry = _mcp_registry(broker)
+    try:
+        async with asyncio.timeout(60):
+            await registry.start()
+            [status] = registry.status()
+            assert (status.state, status.tools) == ("connected", 1), status
+            result = await registry.call("m2m__whoami", {})
+            assert result["content"] == "machine client" and cc_server.calls == ["whoami"]
+            # one token, reused by the reconnect (kept in memory for the registry's life)
+            await registry.disconnect("m2m")
+            await registry.refresh("m2m")
+            assert registry.status()[0].state == "connected"
+        assert cc_server.auth.tokens_issued == 1 and cc_server.auth.refused == 0
+        assert cc_server.auth.auth_methods == [token_auth or "client_secret_basic"]
+        assert cc_server.auth.scopes == ["mcp"]
+        # not a person's sign-in: the side panel's list does not offer it
+        assert registry.sign_ins() == []
+        token = next(iter(cc_server.auth.access))
+        shown = json.dumps([s.__dict__ for s in registry.status()], default=str) + repr(registry.config)
+        logs = "\n".join(r.getMessage() for r in caplog.records)
+        events = json.dumps([e.data for e in broker.store.events_since(0)])
+        files = "".join(p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*") if p.is_file())
+        for secret in (SECRET, token):
+            assert secret not in shown and secret not in logs and secret not in events and secret not in files
+    finally:
+        await registry.stop()
+        broker.close()
+
+
+@pytest.mark.parametrize("case", ["wrong secret", "no entry", "no secrets file", "unsafe secrets file",
+                                  "another issuer"])
+async def test_a_machine_client_that_cannot_get_a_token_fails_with_one_line(
+        cc_server: ClientCredentialsMcpServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
+    caplog.set_level(logging.DEBUG)
+    entry, secrets, mode = _entry(cc_server), {"mcp.m2m": SECRET}, 0o600
+    if case == "wrong secret":
+        secrets = {"mcp.m2m": "not-" + SECRET}
+    elif case == "no entry":
+        secrets = {"mcp.other": SECRET}
+    elif case == "no secrets file":
+        secrets = None
+    elif case == "unsafe secrets file":
+        mode = 0o644
+    else:  # the client's secret belongs to another authorization server: it must never be sent to this one
+        entry = _entry(cc_server, issuer="https://auth.example.com")
+    broker = _broker(tmp_path, entry, secrets)
+    if mode != 0o600:  # the broker refuses such a file at start; this one was made readable after it started
+        os.chmod(tmp_path / "secrets.json", mode)
+    registry = _mcp_registry(broker)
+    try:
+        async with asyncio.timeout(60):
+            await registry.start()
+        [status] = registry.status()
+        assert status.state == "failed" and status.tools == 0, status
+        error = status.error or ""
+        assert "\n" not in error and "Traceback" not in error and "m2m" in error, error
+        assert "could not be reached" not in error, error
+        if case in ("no entry", "no secrets file"):
+            assert "has no entry 'mcp.m2m'" in error, error
+        if case == "unsafe secrets file":
+            assert "chmod 600" in error, error
+        assert cc_server.calls == [] and cc_server.auth.tokens_issued == 0
+        # the secret reached no token endpoint but its own: only a wrong one was ever presented
+        assert cc_server.auth.refused == (1 if case == "wrong secret" else 0)
+        logs = "\n".join(r.getMessage() for r in caplog.records)
+        assert SECRET not in error and SECRET not in logs
+    finally:
+        await registry.stop()
+        broker.close()
+
+
+def test_mcp_json_holds_no_client_secret_and_names_its_issuer() -> None:
+    def problem(entry: dict) -> str:
+        return parse_config(json.dumps({"mcpServers": {"m2m": entry}})).problems.get("m2m", "")
+
+    url = "https://mcp.example.com/mcp"
+    refused = problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://auth.example.com",
+                       "client_secret": SECRET})
+    assert "secrets file" in refused and "mcp.m2m" in refused and SECRET not in refused
+    assert "needs 'issuer'" in problem({"url": url, "client_id": CLIENT_ID})
+    assert "only with 'client_id'" in problem({"url": url, "scope": "mcp"})
+    assert "plain http" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "http://auth.example.com"})
+    assert "one way" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://a.example.com",
+                                 "headers": {"Authorization": "Bearer x"}})
+    assert "token_auth" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://a.example.com",
+                                    "token_auth": "private_key_jwt"})
+    ok = parse_config(json.dumps({"mcpServers": {"m2m": {"url": url, "client_id": CLIENT_ID,
+                                                         "issuer": "https://a.example.com",
+                                                         "client_secret_entry": "team.bot"}}}))
+    assert ok.problems == {} and ok.servers["m2m"].secret_entry == "team.bot"
