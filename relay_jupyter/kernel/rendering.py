@@ -44,11 +44,12 @@ TAGS = frozenset({
 """Tags kept in rendered Markdown: what CommonMark (+ tables, strikethrough) produces, minus ``img``."""
 
 ATTRIBUTES: dict[str, frozenset[str]] = {
-    "a": frozenset({"href", "title"}),
+    "a": frozenset({"href", "title", "target"}),
     "ol": frozenset({"start"}),
     "code": frozenset({"class"}),
 }
-"""Attributes kept per tag (``class`` on ``code`` only as ``language-<name>``; ``rel`` is set by nh3)."""
+"""Attributes kept per tag (``class`` on ``code`` only as ``language-<name>``; ``target`` only as ``_blank``, so
+a card's link opens a new tab instead of replacing JupyterLab; ``rel`` is set by nh3)."""
 
 SCHEMES = frozenset({"http", "https", "mailto"})
 """The only link schemes: no ``javascript:``, ``data:``, ``vbscript:``, ``file:``, relative or ``#`` links."""
@@ -86,6 +87,8 @@ def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
         # nh3 already checks the scheme; this also refuses relative URLs and fragments, and
         # whitespace before the scheme, so only an absolute http(s)/mailto link is left
         return value if _SAFE_HREF.match(value) else None
+    if attr == "target":  # a new tab (rel noopener noreferrer is always set); never a named window or frame
+        return "_blank" if value == "_blank" else None
     if attr == "class":
         if tag == "code":
             return value if _LANG.fullmatch(value) else None

@@ -67,6 +67,8 @@ def assert_allowlisted(html: str, tags: frozenset[str] | set[str] = TAGS,
                 assert tag == "a" and value == "noopener noreferrer"
                 continue
             assert name in allowed.get(tag, set()), (tag, name, html)
+            if name == "target":  # a new tab only, never a named window or frame
+                assert tag == "a" and value == "_blank", (tag, value, html)
             if name == "href":
                 assert value is not None and SAFE_HREF.match(value), (value, html)
             if name == "class" and tag == "code":
@@ -300,3 +302,13 @@ def test_no_kernel_code_builds_html_around_the_renderer() -> None:
                 if not (isinstance(value, ast.Call) and getattr(value.func, "id", "") == "chrome_html"):
                     offences.append(f"{path.name}:{node.lineno} sets a widget value without chrome_html")
     assert offences == []
+
+
+def test_a_link_may_open_a_new_tab_but_never_a_named_window() -> None:
+    # the URL-mode elicitation card's link opens a new tab (else the click replaced JupyterLab with the page);
+    # a named target (_top, _parent, a frame's name) is dropped, and rel noopener noreferrer is always there
+    out = chrome_html('<a href="https://x.example/" target="_blank">x</a><a href="https://y.example/" target="_top">y'
+                      '</a><a href="https://z.example/" target="jupyterlab">z</a>')
+    assert out.count('target="_blank"') == 1 and "_top" not in out and 'target="jupyterlab"' not in out, out
+    assert out.count('rel="noopener noreferrer"') == 3, out
+    assert_allowlisted(out, CHROME_TAGS, CHROME_ATTRS)

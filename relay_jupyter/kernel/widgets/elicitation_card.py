@@ -88,7 +88,8 @@ class ElicitationCard:
         ]
         if url_mode:
             rows.append(f"<div>A page on <b>{esc(data.get('url_host') or '?', newlines=False)}</b>: "
-                        f"<a href=\"{esc(data['url'])}\">{esc(short(data['url'], 200), newlines=False)}</a></div>")
+                        f"<a href=\"{esc(data['url'])}\" target=\"_blank\">{esc(short(data['url'], 200), newlines=False)}</a>"
+                        "</div>")
         children: list[Any] = [html_widget("".join(rows))]
         style = {"description_width": "initial"}
         for field in data.get("fields") or []:
