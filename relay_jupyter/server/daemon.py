@@ -48,6 +48,7 @@ from ..storage.paths import ensure_private_dir, runtime_dir
 from .daemon_auth import KERNEL_KEY_FILE, AuthLog, DaemonGate, KernelRegistry, TokenSource, ensure_token, token_path
 from .plain import make_app, shut_down
 from .server_state import pid_alive
+from .conn_guard import GuardedHTTPServer
 from .unix import PeerCheckingHTTPServer, bind_private_unix_socket
 
 __all__ = [
@@ -265,8 +266,8 @@ class _Daemon:
             if listen.kind == "unix":
                 server = PeerCheckingHTTPServer(app, on_refused=lambda peer: auth_log.event(
                     "refused", "unix", peer, reason="peer_uid"))
-            else:
-                server = HTTPServer(app)
+            else:  # unauthenticated TCP connections are capped (Slowloris: server/conn_guard.py)
+                server = GuardedHTTPServer(app)
             server.add_sockets(socks)
             address = listen.display(port)
             if listen.kind == "tcp" and listen.host not in ("127.0.0.1", "localhost", "::1"):

@@ -34,6 +34,7 @@ from ..broker.assembly import stop_components
 from ..broker.mcp_gateway import GatewayHandler, mcp_gateway_of
 from ..broker.broker import Broker
 from ..core.caller import Caller
+from .conn_guard import trust_connection
 from .anthropic_endpoint import AnthropicEndpoint
 from .openai_endpoint import OpenAIEndpoint
 from .endpoints import EventsEndpoint, HealthEndpoint, MetricsEndpoint, ReadyEndpoint, RpcEndpoint
@@ -130,6 +131,7 @@ class _PlainAuth(web.RequestHandler):
             refuse(self, 401, UNAUTHORIZED_BODY)
             return
         self.relay_caller = caller
+        trust_connection(self.request)  # no longer counted as a possible Slowloris (server/conn_guard.py)
 
     def on_finish(self) -> None:
         activity = self.settings.get("relay_activity")
@@ -436,6 +438,7 @@ class PlainGatewayHandler(_EarlyBody, GatewayHandler):
         # read and dropped and post() gives the usual 400/403/401, anything else is refused now, unread
         scheme, _, value = self.request.headers.get("Authorization", "").partition(" ")
         if self.gateway.authenticate(value.strip() if scheme.lower() == "bearer" else "") is not None:
+            trust_connection(self.request)
             self.relay_accept_body()
             return
         length = self.request.headers.get("Content-Length", "")
