@@ -198,3 +198,51 @@ def test_hostile_corpus_is_inert_in_jupyterlab(lab: tuple[RealServer, FakeAnthro
     assert remote == [], remote
     assert not any(url.startswith(("javascript:", "vbscript:")) for url in requests)
     page.context.close()
+
+
+def test_restart_and_rerun_of_cell_2_of_3_forks_at_its_turn(lab: tuple[RealServer, FakeAnthropic, Any]) -> None:
+    # issue 13 Deliver 4 as a person does it: three %%agent cells, Kernel > Restart (the kernel forgets its
+    # chats), then cell 2 run again with Shift+Enter: the broker keys turns by the cell id JupyterLab sends, so
+    # the model's request holds turn 1 and the re-run prompt (3 messages), not everything before (7)
+    srv, fake, browser = lab
+    cells = ["%load_ext relay_jupyter"] + [f"%%agent --model {MODEL}\nquestion {n}" for n in (1, 2, 3)]
+    (srv.root / "rerun.ipynb").write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"rerun-{i}", "metadata": {}, "outputs": [],
+                   "source": source} for i, source in enumerate(cells)],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5}))
+    for n in (1, 2, 3):
+        fake.enqueue(Reply(text(f"answer {n}.")))
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(f"{srv.url}lab/workspaces/rerun/tree/rerun.ipynb?reset&token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    assert wait_for_idle_kernel(page)
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.press("Shift+Enter")
+    _click_if_connect(page)
+    page.get_by_text("answer 1.").first.wait_for(timeout=60_000)
+    page.locator(".jp-Cell").nth(2).click()
+    page.keyboard.press("Shift+Enter")
+    page.get_by_text("answer 2.").first.wait_for(timeout=60_000)
+    page.locator(".jp-Cell").nth(3).click()
+    page.keyboard.press("Shift+Enter")
+    page.get_by_text("answer 3.").first.wait_for(timeout=60_000)
+    assert len(fake.requests[-1].body["messages"]) == 5
+
+    page.get_by_text("Kernel", exact=True).first.click()  # the menu bar's Kernel menu
+    page.get_by_text("Restart Kernel…", exact=True).first.click()
+    page.locator(".jp-Dialog .jp-mod-accept").click()  # "Restart"
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "kernel-rerun-restarted.png"), full_page=True)
+    fake.enqueue(Reply(text("answer 2 again.")))
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")  # %load_ext again, as after any restart
+    page.locator(".jp-Cell").nth(2).click()
+    page.keyboard.press("Shift+Enter")
+    page.get_by_text("answer 2 again.").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "kernel-rerun-after.png"), full_page=True)
+    sent = fake.requests[-1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"], sent
+    assert "question 1" in json.dumps(sent[0]) and "question 2" in json.dumps(sent[2])
+    page.context.close()
