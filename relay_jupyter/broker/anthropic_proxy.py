@@ -200,7 +200,8 @@ class AnthropicProxy(GatedProxy):
             # lower max_tokens to what the run's token cap and the day budgets still leave after this input,
             # so the reservation fits and the run is refused only when not even MIN_FITTED_OUTPUT would fit.
             # The reservation below still checks every limit: a fitted request is never over a budget.
-            room = self.broker.gate.completion_room(origin, model, estimate.input_tokens, run=run)
+            room = self.broker.gate.completion_room(origin, model, estimate.input_tokens, run=run,
+                                                    profile=profile)
             if room is not None and MIN_FITTED_OUTPUT <= room < max_tokens:
                 max_tokens = message["max_tokens"] = room
                 body = json.dumps(message, ensure_ascii=False).encode()

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from ..core.errors import Code, ConfigRefusal
 from ..core.grants import GrantBook
-from ..core.types import AuditRecord, Budget, Grant
+from ..core.types import AuditRecord, Budget, Grant, ProfileBudget
 from ..storage.audit_log import AuditLog
 from ..storage.errors import StoreError
 from ..storage.paths import data_dir, ensure_private_dir
@@ -64,6 +64,9 @@ def register(subparsers: Any) -> None:
                    "omitted = not restricted")
     a.add_argument("--profiles", default="", help="comma-separated profile names (c.RelayApp.profiles) the model "
                    "endpoints may use for this origin ('*' = every profile)")
+    a.add_argument("--profile-budget", action="append", default=[], metavar="PROFILE:KEY=VALUE[,KEY=VALUE]",
+                   help="day limits of the requests to one profile, besides --budget: tokens, cost (USD); e.g. "
+                        "team:tokens=50000,cost=2 (repeat for another profile)")
     a.add_argument("--budget", default="",
                    help="comma-separated key=value: tokens (per day), cost (USD per day), rpm, steps (per run), "
                         "run_tokens (per run); 'none' = no limit; unset keys keep their defaults")
@@ -124,6 +127,44 @@ def parse_budget(text: str) -> Budget:
         return Budget(**values)
     except ValidationError as exc:
         raise ConfigRefusal(Code.CONFIG_INVALID, f"--budget: {exc.errors()[0]['msg']}") from None
+
+
+def parse_profile_budget(text: str) -> ProfileBudget:
+    """``team:tokens=50000,cost=2`` -> a ProfileBudget (day limits of one profile; ``none`` = no limit).
+
+    Raises:
+        ConfigRefusal: CONFIG_INVALID for a missing profile name, an unknown key, a bad or negative number.
+    """
+    name, sep, limits = text.partition(":")
+    name = name.strip()
+    if not sep or not name:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"--profile-budget: {text[:60]!r} is not PROFILE:KEY=VALUE,...")
+    values: dict[str, Any] = {}
+    for item in (i.strip() for i in limits.split(",") if i.strip()):
+        key, eq, raw = item.partition("=")
+        field = {"tokens": "tokens_per_day", "cost": "cost_per_day_usd"}.get(key.strip())
+        if not eq or field is None:
+            raise ConfigRefusal(Code.CONFIG_INVALID,
+                                f"--profile-budget: {item[:60]!r} is not key=value with key in tokens, cost")
+        raw = raw.strip()
+        if raw.lower() == "none":
+            values[field] = None
+            continue
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ConfigRefusal(Code.CONFIG_INVALID,
+                                f"--profile-budget: {key.strip()}={raw[:30]!r} is not a number") from None
+        if not number >= 0 or number == float("inf") or (field == "tokens_per_day" and number != int(number)):
+            raise ConfigRefusal(Code.CONFIG_INVALID, f"--profile-budget: {key.strip()} must be a finite number >= 0"
+                                + (", whole" if field == "tokens_per_day" else ""))
+        values[field] = int(number) if field == "tokens_per_day" else number
+    if not values:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"--profile-budget: name a limit for {name[:60]!r} (tokens, cost)")
+    try:
+        return ProfileBudget(profile=name, **values)
+    except ValidationError as exc:
+        raise ConfigRefusal(Code.CONFIG_INVALID, f"--profile-budget: {exc.errors()[0]['msg']}") from None
 
 
 def parse_duration(text: str) -> float:
@@ -195,6 +236,8 @@ def _describe(g: Grant) -> str:
     expires = "never" if g.expires_at is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(g.expires_at))
     proxy = "" if g.proxy_tools is None else f"\n  answers may call: {', '.join(sorted(g.proxy_tools)) or '-'}"
     proxy += f"\n  profiles: {', '.join(sorted(g.profiles))}" if g.profiles else ""
+    proxy += "".join(f"\n  profile {p.profile}: tokens={p.tokens_per_day}, cost={p.cost_per_day_usd} per day"
+                     for p in g.profile_budgets)
     return (f"{g.origin}\n  tools:   {', '.join(sorted(g.tools)) or '-'}\n  models:  {', '.join(sorted(g.models)) or '-'}"
             f"{proxy}\n  budget:  {limits}\n  expires: {expires}\n  consent: {g.consent_id}")
 
@@ -211,7 +254,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
     proxy_tools = None if args.proxy_tools is None else parse_list(args.proxy_tools, "proxy-tools")
     grant = Grant(origin=origin, tools=tools, models=models, budget=budget, expires_at=expires, created_at=now,
                   consent_id=f"terminal:{int(now * 1000)}-{secrets.token_hex(4)}", proxy_tools=proxy_tools,
-                  profiles=parse_list(args.profiles, "profiles"))
+                  profiles=parse_list(args.profiles, "profiles"),
+                  profile_budgets=_profile_budgets(args.profile_budget))
     root = _root(args, origin)
     store = open_configured_store(root)  # c.RelayApp.store_url: the PostgreSQL store the broker reads
     try:
@@ -224,6 +268,13 @@ def _cmd_add(args: argparse.Namespace) -> int:
     if not audited:
         print("note: a running broker holds the audit log; the grant's consent id is the record", file=sys.stderr)
     return 0
+
+
+def _profile_budgets(items: list[str]) -> tuple[ProfileBudget, ...]:
+    budgets = [parse_profile_budget(i) for i in items]
+    if len({b.profile for b in budgets}) != len(budgets):
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--profile-budget: one per profile")
+    return tuple(budgets)
 
 
 def _list_root(root: Path) -> list[Grant]:

@@ -47,7 +47,7 @@ from .teams import Team
 from .types import Grant, ToolSpec, Usage
 
 __all__ = ["HOLD_TTL", "BudgetLedger", "Charge", "RequestEstimate", "Reservation", "RunBudget", "TokenBucket",
-           "cost_within", "estimate_request", "estimate_text_tokens", "judge_usage", "utc_day"]
+           "cost_within", "estimate_request", "estimate_text_tokens", "judge_usage", "profile_key", "utc_day"]
 
 #: Seconds a hold lives without being settled before it is charged in full (its broker is gone).
 HOLD_TTL = 900.0
@@ -249,9 +249,10 @@ class BudgetLedger:
 
     # -- day budgets -----------------------------------------------------------------------
     def reserve(self, origin: str, grant: Grant, *, tokens: int, cost_usd: float,
-                estimate: RequestEstimate | None = None) -> Reservation:
+                estimate: RequestEstimate | None = None, profile: str | None = None) -> Reservation:
         """Hold ``tokens`` and ``cost_usd`` against today's limits of ``grant`` (in the store, atomically
-        with the check).
+        with the check); for a request to ``profile`` whose grant caps it (``Grant.profile_budgets``), also
+        against that profile's day limits (ledger row :func:`profile_key`), all or none.
 
         Raises:
             GateRefusal: ``BUDGET_EXCEEDED`` when committed + held + this would pass a limit.
@@ -278,11 +279,15 @@ class BudgetLedger:
                     data={"limit": "cost_per_day_usd", "day": day})
 
         teams = self._teams_for(origin) if self._teams_for is not None else []
-        if not teams:
+        capped = grant.profile_budget(profile)
+        if not teams and capped is None:
             hold_id = self._ledger.hold(origin, day, int(tokens), float(cost_usd), now=now,
                                         expires_at=now + self._hold_ttl, check=check)
             return Reservation(self, origin, day, tokens, float(cost_usd), hold_id, estimate)
         scopes: list[tuple[str, str, Callable[[int, float, int, float], None]]] = [(origin, day, check)]
+        if capped is not None:
+            scopes.append((profile_key(origin, capped.profile), day,
+                           _profile_check(capped, day, int(tokens), float(cost_usd))))
         for team in teams:
             for period, key_day, t_limit, c_limit in team.budget.limits(day):
                 scopes.append((team.key, key_day, _team_check(team.name, period, key_day, t_limit, c_limit,
@@ -353,7 +358,25 @@ class BudgetLedger:
             "rpm_limit": rpm,
             "rpm_available": available,
             **({"teams": self.team_usage(origin, day)} if self._teams_for is not None else {}),
+            **({"profiles": self.profile_usage(origin, grant, day)} if grant is not None and grant.profile_budgets
+               else {}),
         }
+
+    def profile_usage(self, origin: str, grant: Grant, day: str | None = None) -> list[dict[str, Any]]:
+        """Per profile the grant caps (``Grant.profile_budgets``): today's usage, live holds, limits and what they
+        leave (``remaining_tokens`` / ``remaining_cost_usd``; None: no limit on that axis)."""
+        day = day or utc_day(self._clock())
+        out = []
+        for capped in grant.profile_budgets:
+            used_t, used_c = self._ledger.usage(profile_key(origin, capped.profile), day)
+            held_t, held_c = self._ledger.held(profile_key(origin, capped.profile), day)
+            t_limit, c_limit = capped.tokens_per_day, capped.cost_per_day_usd
+            out.append({"profile": capped.profile, "day": day, "tokens": int(used_t), "cost_usd": float(used_c),
+                        "reserved_tokens": int(held_t), "reserved_cost_usd": max(0.0, float(held_c)),
+                        "tokens_limit": t_limit, "cost_limit": c_limit,
+                        "remaining_tokens": None if t_limit is None else max(0, t_limit - used_t - held_t),
+                        "remaining_cost_usd": None if c_limit is None else max(0.0, c_limit - used_c - held_c)})
+        return out
 
     def team_usage(self, origin: str, day: str | None = None) -> list[dict[str, Any]]:
         """Per team of ``origin``: its day and month usage, live holds and limits, and ``remaining``
@@ -380,6 +403,30 @@ class BudgetLedger:
             row["remaining_cost_usd"] = min(left_c) if left_c else None
             out.append(row)
         return out
+
+
+def profile_key(origin: str, profile: str) -> str:
+    """The ledger row of ``origin``'s requests to ``profile`` (``Grant.profile_budgets``)."""
+    return f"{origin}|profile:{profile}"
+
+
+def _profile_check(capped: Any, day: str, tokens: int, cost_usd: float) -> Callable[[int, float, int, float], None]:
+    """The check of one profile's day limits (``core.types.ProfileBudget``), for ``Ledger.hold``."""
+    def check(used_t: int, used_c: float, held_t: int, held_c: float) -> None:
+        t_limit, c_limit = capped.tokens_per_day, capped.cost_per_day_usd
+        if t_limit is not None and not used_t + held_t + tokens <= t_limit:
+            raise GateRefusal(
+                Code.BUDGET_EXCEEDED,
+                f"the profile {capped.profile}'s daily token budget of {t_limit} would be exceeded "
+                f"({used_t} used, {int(held_t)} in flight, {tokens} requested)",
+                data={"limit": "profile_tokens_per_day", "profile": capped.profile, "day": day})
+        if c_limit is not None and not used_c + held_c + cost_usd <= c_limit:
+            raise GateRefusal(
+                Code.BUDGET_EXCEEDED,
+                f"the profile {capped.profile}'s daily cost budget of ${c_limit:.2f} would be exceeded "
+                f"(${used_c:.4f} used, ${held_c:.4f} in flight, ${cost_usd:.4f} requested)",
+                data={"limit": "profile_cost_per_day_usd", "profile": capped.profile, "day": day})
+    return check
 
 
 def _team_check(team: str, period: str, key_day: str, t_limit: int | None, c_limit: float | None, tokens: int,

@@ -49,7 +49,7 @@ from .types import (
     stricter,
 )
 
-__all__ = ["MODEL_TOOL_PREFIX", "Gate"]
+__all__ = ["MODEL_TOOL_PREFIX", "Gate", "profile_of_purpose"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,16 @@ T = TypeVar("T")
 MODEL_TOOL_PREFIX = "model:"
 
 _perf = time.perf_counter
+
+
+def profile_of_purpose(purpose: str | None) -> str | None:
+    """The profile a model request's audit purpose names: ``proxy:<name>`` (the model endpoints) or
+    ``agent:<name>`` (a ``%%agent --profile`` run), else None."""
+    if isinstance(purpose, str):
+        kind, sep, name = purpose.partition(":")
+        if sep and kind in ("proxy", "agent") and name:
+            return name
+    return None
 
 
 def consent_backstop(timeout: float) -> float:
@@ -216,8 +226,14 @@ class Gate:
 
     def begin_completion(self, origin: str, model: str, *, estimated_tokens: int | None = None,
                          estimate: RequestEstimate | None = None, run: RunBudget | None = None,
-                         purpose: str | None = None, asked_output: int | None = None) -> Reservation:
+                         purpose: str | None = None, asked_output: int | None = None,
+                         profile: str | None = None) -> Reservation:
         """Check and reserve budget for one model request; audited as tool ``model:<id>``.
+
+        ``profile``: the named upstream the request goes to (docs/proxy.md "Profiles"), whose day limits in the
+        grant (``Grant.profile_budgets``) it must fit besides the grant's own; without it, the profile the
+        ``purpose`` names (``proxy:<name>`` from the model endpoints, ``agent:<name>`` from a ``--profile`` run:
+        :func:`profile_of_purpose`), so every caller that audits a profile is also held to its budget.
 
         ``estimate`` (from :func:`~relay_jupyter.core.budgets.estimate_request`: the whole request plus
         ``max_tokens``) sizes the reservation — its tokens, and its cost at the model's highest input
@@ -266,8 +282,9 @@ class Gate:
                 run.check_tokens(estimated_tokens)
             cost = (self.pricing.bound(model, estimate.input_tokens, estimate.max_output) if estimate is not None
                     else self.pricing.estimate(model, estimated_tokens))
+            to = profile if profile is not None else profile_of_purpose(purpose)
             reservation = self.ledger.reserve(origin, grant, tokens=estimated_tokens, cost_usd=cost,
-                                              estimate=estimate)
+                                              estimate=estimate, profile=to)
             if run is not None:
                 try:
                     run.step()
@@ -286,7 +303,8 @@ class Gate:
             raise
         return reservation
 
-    def completion_room(self, origin: str, model: str, input_tokens: int, run: RunBudget | None = None) -> int | None:
+    def completion_room(self, origin: str, model: str, input_tokens: int, run: RunBudget | None = None, *,
+                        profile: str | None = None) -> int | None:
         """The most output tokens a request of ``input_tokens`` in could reserve now: what the run's token cap
         (narrowed to the live grant's), the origin's day token and cost budgets and the day and month token and
         cost budgets of each of its teams (what they leave with the team's holds in flight) leave after that
@@ -313,7 +331,9 @@ class Gate:
                 room = self._cost_room(model, input_tokens, left)
                 if room is not None:
                     rooms.append(room)
-        for team in self.ledger.team_usage(origin):  # [] without teams; remaining: holds in flight counted
+        capped = [p for p in self.ledger.profile_usage(origin, grant) if p["profile"] == profile] if profile \
+            else []  # the profile's own day limits (Grant.profile_budgets)
+        for team in [*self.ledger.team_usage(origin), *capped]:  # remaining: holds in flight counted
             if team.get("remaining_tokens") is not None:
                 rooms.append(int(team["remaining_tokens"]) - input_tokens)
             if team.get("remaining_cost_usd") is not None:

@@ -34,6 +34,20 @@ def _set_widens(new: frozenset[str], old: frozenset[str]) -> bool:
     return _ALL in new or not new <= old
 
 
+def _profile_budgets_widen(new: Grant, old: Grant) -> bool:
+    """A profile's day limit removed or raised widens (adding one, or lowering one, narrows)."""
+    for before in old.profile_budgets:
+        after = new.profile_budget(before.profile)
+        for axis in ("tokens_per_day", "cost_per_day_usd"):
+            limit = getattr(before, axis)
+            if limit is None:
+                continue
+            now = getattr(after, axis) if after is not None else None
+            if now is None or not now <= limit:
+                return True
+    return False
+
+
 def widens(new: Grant, old: Grant) -> list[str]:
     """The ways ``new`` is wider than ``old`` (empty when it is equal or narrower)."""
     why: list[str] = []
@@ -47,6 +61,8 @@ def widens(new: Grant, old: Grant) -> list[str]:
         why.append("profiles")
     if not new.budget.narrows(old.budget):
         why.append("budget")
+    if _profile_budgets_widen(new, old):
+        why.append("profile_budgets")
     if old.expires_at is not None and (new.expires_at is None or new.expires_at > old.expires_at):
         why.append("expiry")
     return why

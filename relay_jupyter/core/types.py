@@ -11,7 +11,7 @@ import time
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "ToolClass",
@@ -23,6 +23,7 @@ __all__ = [
     "ConsentRequest",
     "ConsentResult",
     "Budget",
+    "ProfileBudget",
     "Grant",
     "Usage",
     "AuditRecord",
@@ -187,6 +188,20 @@ class Budget(_Frozen):
         return True
 
 
+class ProfileBudget(_Frozen):
+    """A grant's own day limits for the model requests it sends to one profile (``c.RelayApp.profiles``,
+    docs/proxy.md): counted apart, on the ledger row ``<origin>|profile:<name>``, and in addition to the grant's
+    budget (a request to the profile must fit both). ``None``: no limit on that axis."""
+
+    profile: str = Field(min_length=1, max_length=64)
+    tokens_per_day: int | None = Field(default=None, ge=0)
+    cost_per_day_usd: float | None = Field(default=None, ge=0)
+
+    def limits(self) -> bool:
+        """True when it limits anything."""
+        return self.tokens_per_day is not None or self.cost_per_day_usd is not None
+
+
 class Grant(_Frozen):
     """What one origin may do. Persisted; narrowing-only without a fresh consent record."""
 
@@ -203,6 +218,9 @@ class Grant(_Frozen):
     """Named upstreams (``c.RelayApp.profiles``) this origin's model-endpoint requests may pick with
     ``X-Relay-Profile``; ``"*"``: every profile. The broker's own upstream needs no listing."""
     budget: Budget = Field(default_factory=Budget)
+    profile_budgets: tuple[ProfileBudget, ...] = ()
+    """Day limits per profile (one entry per profile name), besides :attr:`budget`: e.g. the ``team`` profile
+    capped at 50,000 tokens a day while the grant's budget still bounds everything (docs/proxy.md)."""
     expires_at: float | None = None
     created_at: float = Field(default_factory=time.time)
     consent_id: str
@@ -213,6 +231,20 @@ class Grant(_Frozen):
 
     def allows_model(self, model: str) -> bool:
         return "*" in self.models or model in self.models
+
+    @field_validator("profile_budgets")
+    @classmethod
+    def _one_budget_per_profile(cls, value: tuple[ProfileBudget, ...]) -> tuple[ProfileBudget, ...]:
+        names = [b.profile for b in value]
+        if len(set(names)) != len(names):
+            raise ValueError("profile_budgets names a profile twice")
+        return tuple(sorted(value, key=lambda b: b.profile))
+
+    def profile_budget(self, profile: str | None) -> ProfileBudget | None:
+        """The day limits of requests to ``profile`` (None: none besides :attr:`budget`)."""
+        if profile is None:
+            return None
+        return next((b for b in self.profile_budgets if b.profile == profile and b.limits()), None)
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

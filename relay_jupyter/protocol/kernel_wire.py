@@ -116,6 +116,22 @@ class _BudgetOut(TypedDict):
     max_tokens_per_run: int | None
 
 
+class ProfileBudgetDict(TypedDict, total=False):
+    """``core.types.ProfileBudget`` as sent (``grants.create``'s ``profile_budgets``): day limits of one profile."""
+
+    profile: Required[str]
+    tokens_per_day: int | None
+    cost_per_day_usd: float | None
+
+
+class _ProfileBudgetOut(TypedDict):
+    """``ProfileBudget`` as the broker sends it (every field present)."""
+
+    profile: str
+    tokens_per_day: int | None
+    cost_per_day_usd: float | None
+
+
 class GrantDict(TypedDict):
     """``core.types.Grant`` as the broker sends it."""
 
@@ -125,6 +141,7 @@ class GrantDict(TypedDict):
     proxy_tools: list[str] | None
     profiles: list[str]
     budget: _BudgetOut
+    profile_budgets: list[_ProfileBudgetOut]
     expires_at: float | None
     created_at: float
     consent_id: str
@@ -193,6 +210,7 @@ class GrantsCreateParams(TypedDict, total=False):
     proxy_tools: list[str] | None
     profiles: list[str]
     budget: BudgetDict | None
+    profile_budgets: list[ProfileBudgetDict]
     expires_in: float | None
     origin: str | None
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..core.types import AuditRecord, Budget, Grant
+from ..core.types import AuditRecord, Budget, Grant, ProfileBudget
 from .models_runs import ConversationName
 from .strict import Strict
 
@@ -88,6 +88,8 @@ class GrantsCreateParams(Strict):
     """Tool names a relayed model answer may carry (docs/proxy.md); omitted = not restricted."""
     profiles: list[str] = Field(default_factory=list, max_length=100)
     """Named upstreams (``c.RelayApp.profiles``) the model endpoints may use for this origin (docs/proxy.md)."""
+    profile_budgets: list[ProfileBudget] = Field(default_factory=list, max_length=100)
+    """Day limits per profile, besides ``budget`` (``{"profile": "team", "tokens_per_day": 50000}``)."""
     expires_in: float | None = Field(default=None, gt=0, le=366 * 86_400)
     """Seconds until the grant expires; omitted = no expiry."""
     origin: str | None = _ORIGIN

@@ -34,7 +34,7 @@ from relay_jupyter.kernel.errors import AgentError
 from relay_jupyter.kernel.sdk_clients import anthropic_client
 from relay_jupyter.server.plain import make_app
 from relay_jupyter.testing import FakeAnthropic, FakeOpenAI
-from relay_jupyter.testing.script import Reply, text
+from relay_jupyter.testing.script import Reply, Usage, text
 
 DEFAULT_KEY = "sk-ant-default-key-0123456789abcdef"
 TEAM_KEY = "sk-ant-team-key-fedcba9876543210"
@@ -197,3 +197,102 @@ def test_profiles_list_shows_entries_never_keys(tmp_path) -> None:
                                          "key": "present"}
     assert rows["local"]["openai"]["key"] == "missing" and rows["local"]["anthropic"] is None
     assert TEAM_KEY not in done.stdout + done.stderr
+
+
+@pytest.mark.asyncio
+async def test_a_profile_capped_in_the_grant_is_counted_apart_from_the_grants_budget(served) -> None:
+    """``Grant.profile_budgets`` (issue 16 leftover): the "team" profile capped at its own day budget while the
+    default upstream draws only on the grant's budget. A request to the team that would pass the team's day
+    budget is refused before anything is forwarded (429 ``BUDGET_EXCEEDED``, audited deny), the default upstream
+    still answers, and the team's row counts only the team's requests."""
+    from relay_jupyter.core.budgets import profile_key
+    from relay_jupyter.core.types import Budget, ProfileBudget
+
+    broker, base, default, team, local = served
+    origin = "daemon:capped"
+    broker.grants.issue(Grant(origin=origin, models=frozenset({CLAUDE}), profiles=frozenset({"team"}),
+                              budget=Budget(tokens_per_day=100_000, cost_per_day_usd=None),
+                              profile_budgets=(ProfileBudget(profile="team", tokens_per_day=300),),
+                              consent_id="c-capped"))
+    team.enqueue(Reply(text("team, once"), usage=Usage(input_tokens=20, output_tokens=10)))
+    first = await _claude(base, "capped", "team").messages.create(model=CLAUDE, max_tokens=200, messages=HI)
+    assert first.content[0].text == "team, once"
+    # the team has 270 left: a request reserving more (its input plus max_tokens) is refused, nothing forwarded
+    with pytest.raises(anthropic.RateLimitError) as spent:
+        await _claude(base, "capped", "team").messages.create(model=CLAUDE, max_tokens=280, messages=HI)
+    assert "[BUDGET_EXCEEDED]" in str(spent.value) and "profile team's daily token budget of 300" in str(spent.value)
+    assert len(team.requests) == 1
+    # the broker's own upstream is not the team's: the same request goes through on the grant's budget
+    default.enqueue(Reply(text("default, fine"), usage=Usage(input_tokens=20, output_tokens=10)))
+    via_default = await _claude(base, "capped").messages.create(model=CLAUDE, max_tokens=280, messages=HI)
+    assert via_default.content[0].text == "default, fine" and len(default.requests) == 1
+
+    usage = broker.ledger.usage(origin, broker.grants.get(origin))
+    assert usage["tokens"] == 60  # the grant's budget counts both answered requests
+    (row,) = usage["profiles"]
+    assert (row["profile"], row["tokens"], row["tokens_limit"], row["remaining_tokens"]) == ("team", 30, 300, 270)
+    assert broker.ledger._ledger.usage(profile_key(origin, "team"), usage["day"])[0] == 30
+    denied = [(r.code, r.arguments.get("purpose")) for r in broker.audit.tail(50, origin=origin)
+              if r.decision == "deny"]
+    assert denied == [("BUDGET_EXCEEDED", "proxy:team")]
+
+
+def test_a_profile_budget_only_narrows_without_a_fresh_consent() -> None:
+    from relay_jupyter.core.types import Budget, ProfileBudget
+
+    broker = Broker.open(BrokerConfig(in_memory=True))
+    try:
+        def grant(*budgets: ProfileBudget, consent: str = "c-pb") -> Grant:
+            return Grant(origin="daemon:pb", models=frozenset({CLAUDE}), profiles=frozenset({"team"}),
+                         budget=Budget(), profile_budgets=budgets, consent_id=consent)
+
+        broker.grants.issue(grant(ProfileBudget(profile="team", tokens_per_day=1000, cost_per_day_usd=1.0)))
+        for wider in ((), (ProfileBudget(profile="team", tokens_per_day=2000, cost_per_day_usd=1.0),),
+                      (ProfileBudget(profile="team", tokens_per_day=1000),)):
+            with pytest.raises(GateRefusal) as err:
+                broker.grants.issue(grant(*wider))
+            assert "profile_budgets" in err.value.message
+        narrower = broker.grants.issue(grant(ProfileBudget(profile="team", tokens_per_day=500, cost_per_day_usd=1.0),
+                                             ProfileBudget(profile="local", cost_per_day_usd=0.5)))
+        assert [p.profile for p in narrower.profile_budgets] == ["local", "team"]
+        with pytest.raises(ValueError):  # one budget per profile
+            grant(ProfileBudget(profile="team", tokens_per_day=1), ProfileBudget(profile="team", tokens_per_day=2))
+    finally:
+        broker.close()
+
+
+def test_grants_add_takes_profile_budgets_in_one_line_or_refuses_in_one_line() -> None:
+    from relay_jupyter.cli.grants import parse_profile_budget
+
+    parsed = parse_profile_budget("team:tokens=50000,cost=2.5")
+    assert (parsed.profile, parsed.tokens_per_day, parsed.cost_per_day_usd) == ("team", 50000, 2.5)
+    for bad in ("team", ":tokens=5", "team:", "team:tokens=-1", "team:tokens=1.5", "team:rpm=3", "team:cost=x"):
+        with pytest.raises(ConfigRefusal) as err:
+            parse_profile_budget(bad)
+        assert err.value.message.startswith("--profile-budget: ") and "\n" not in err.value.message
+
+
+def test_a_profile_run_of_the_relay_engine_draws_on_that_profiles_budget_too() -> None:
+    """``%%agent --profile team`` reserves with purpose ``agent:team`` (runtime/relay_loop.py): the gate holds it to
+    the team's budget as the endpoints' ``proxy:team``; a request without a profile is not."""
+    from relay_jupyter.core.errors import GateRefusal as Refused
+    from relay_jupyter.core.gate import profile_of_purpose
+    from relay_jupyter.core.types import Budget, ProfileBudget
+
+    assert [profile_of_purpose(p) for p in ("agent:team", "proxy:local", "proxy", "review", None, "agent:")] == [
+        "team", "local", None, None, None, None]
+    broker = Broker.open(BrokerConfig(in_memory=True))
+    try:
+        broker.grants.issue(Grant(origin="daemon:run", models=frozenset({CLAUDE}), profiles=frozenset({"team"}),
+                                  budget=Budget(tokens_per_day=10_000, cost_per_day_usd=None),
+                                  profile_budgets=(ProfileBudget(profile="team", tokens_per_day=1000),),
+                                  consent_id="c-run"))
+        held = broker.gate.begin_completion("daemon:run", CLAUDE, estimated_tokens=800, purpose="agent:team")
+        with pytest.raises(Refused) as err:
+            broker.gate.begin_completion("daemon:run", CLAUDE, estimated_tokens=800, purpose="agent:team")
+        assert err.value.data["limit"] == "profile_tokens_per_day" and err.value.data["profile"] == "team"
+        broker.gate.begin_completion("daemon:run", CLAUDE, estimated_tokens=800).release()  # no profile: fine
+        held.release()
+        broker.gate.begin_completion("daemon:run", CLAUDE, estimated_tokens=800, purpose="agent:team").release()
+    finally:
+        broker.close()

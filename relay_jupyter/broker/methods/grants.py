@@ -55,6 +55,7 @@ async def grants_create(req: Request, params: GrantsCreateParams) -> GrantResult
         proxy_tools=None if params.proxy_tools is None else frozenset(params.proxy_tools),
         profiles=frozenset(params.profiles),
         budget=params.budget or Budget(),
+        profile_budgets=tuple(params.profile_budgets),
         expires_at=None if params.expires_in is None else now + params.expires_in,
         created_at=now,
         consent_id=f"consent_{secrets.token_hex(12)}",
@@ -63,7 +64,9 @@ async def grants_create(req: Request, params: GrantsCreateParams) -> GrantResult
     req.audit("grant.create",
               {"tools": sorted(grant.tools), "models": sorted(grant.models), "consent_id": grant.consent_id,
                **({} if grant.proxy_tools is None else {"proxy_tools": sorted(grant.proxy_tools)}),
-               **({"profiles": sorted(grant.profiles)} if grant.profiles else {})})
+               **({"profiles": sorted(grant.profiles)} if grant.profiles else {}),
+               **({"profile_budgets": [b.model_dump() for b in grant.profile_budgets]} if grant.profile_budgets
+                  else {})})
     req.broker.events.append(EventType.GRANT_CHANGED, {"origin": origin, "action": "created"}, origin=origin)
     return GrantResult(grant=stored)
 
