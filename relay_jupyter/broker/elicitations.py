@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +36,11 @@ from ..core.types import AuditRecord
 from ..mcp.elicitation import ElicitationAnswer, ElicitationAsk, check_answer
 from ..protocol.names import EventType
 from .events import EventBus
-from .permissions import may_act_for
+from .pending import PendingBook
 
 __all__ = ["ACTIONS", "ElicitationRouter", "PendingElicitation", "router_of"]
 
 ACTIONS = ("accept", "decline", "cancel")
-_ENDED_KEEP = 10_000
 
 
 @dataclass
@@ -69,8 +67,9 @@ class ElicitationRouter:
         self.audit = audit
         self.timeout = timeout
         self.clock = clock
-        self._pending: dict[str, PendingElicitation] = {}
-        self._ended: OrderedDict[str, str] = OrderedDict()
+        # the pending map, ended ids, who may answer, the answer's first checks: shared with the permission router
+        self._book: PendingBook[PendingElicitation] = PendingBook("elicitation")
+        self._pending = self._book.pending
 
     # -- the handler -----------------------------------------------------------------------------
 
@@ -113,7 +112,7 @@ class ElicitationRouter:
         future: asyncio.Future[ElicitationAnswer] = asyncio.get_running_loop().create_future()
         pending = PendingElicitation(ask=ask, request_id=request_id, origin=origin, originator=originator,
                                      run_id=run_id, event_id=event.id, payload=payload, future=future)
-        self._pending[request_id] = pending
+        self._book.add(pending)
         try:
             async with asyncio.timeout(max(0.0, deadline - self.clock())):
                 return await asyncio.shield(future)
@@ -137,17 +136,9 @@ class ElicitationRouter:
             RoutingRefusal: NOT_FOUND, CONFLICT (ended, or not an action), NOT_ORIGINATOR,
                 INVALID_ARGUMENTS (an accept whose values do not fit the form; the request stays open).
         """
-        pending = self._pending.get(request_id)
-        if pending is None:
-            ended = self._ended.get(request_id)
-            if ended is not None:
-                raise RoutingRefusal(Code.CONFLICT, f"elicitation {request_id} has already ended ({ended})")
-            raise RoutingRefusal(Code.NOT_FOUND, f"no elicitation {request_id}")
-        if not self._may_answer(caller, pending):
-            raise RoutingRefusal(Code.NOT_ORIGINATOR,
-                                 "only the notebook whose run called the tool can answer the server's question")
-        if pending.ended or pending.future.done():
-            raise RoutingRefusal(Code.CONFLICT, f"elicitation {request_id} has already ended")
+        pending = self._book.open_for(
+            caller, request_id,
+            not_originator="only the notebook whose run called the tool can answer the server's question")
         if action not in ACTIONS:
             raise RoutingRefusal(Code.CONFLICT, "an answer is accept, decline or cancel")
         checked: dict[str, Any] | None = None
@@ -159,18 +150,9 @@ class ElicitationRouter:
                                      "the question is still open", data={"request_id": request_id}) from None
         return self._resolve(pending, ElicitationAnswer(action, checked, answered_by=caller.client_id))
 
-    def _may_answer(self, caller: Caller, pending: PendingElicitation) -> bool:
-        if caller.sees_many:
-            return may_act_for(caller, pending.origin)  # the user's side panel, as for permission requests
-        return caller.client_id == pending.originator
-
     def _resolve(self, pending: PendingElicitation, answer: ElicitationAnswer) -> ElicitationAnswer:
         """End ``pending`` with ``answer`` (synchronously: a second answer in any later tick sees it ended)."""
-        pending.ended = True
-        self._pending.pop(pending.request_id, None)
-        self._ended[pending.request_id] = answer.action
-        while len(self._ended) > _ENDED_KEEP:
-            self._ended.popitem(last=False)
+        self._book.end(pending, answer.action)
         if not pending.future.done():
             pending.future.set_result(answer)
         answered = sorted(answer.content or {})
@@ -204,7 +186,7 @@ class ElicitationRouter:
     # -- queries and bulk actions ----------------------------------------------------------------
 
     def pending_for(self, caller: Caller) -> list[PendingElicitation]:
-        return sorted((p for p in self._pending.values() if self._may_answer(caller, p)), key=lambda p: p.event_id)
+        return self._book.for_caller(caller)
 
     def decline_all(self, origin: str | None = None, *, answered_by: str = "kill") -> int:
         """Decline every pending elicitation (of ``origin``): the kill switch, a broker stop."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,10 +43,9 @@ from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, Consent
 from ..protocol.names import EventType
 from ..runtime.tools import tool_identity
 from .events import EventBus
+from .pending import PendingBook
 
 __all__ = ["MemoryTrust", "PendingPermission", "PermissionRouter", "TrustBook"]
-
-_ENDED_KEEP = 10_000  # ended request ids remembered so a late answer gets CONFLICT, not NOT_FOUND
 
 ALL_SCOPES = (ConsentScope.ONCE.value, ConsentScope.RUN.value, ConsentScope.NOTEBOOK.value)
 ONCE_ONLY = (ConsentScope.ONCE.value,)
@@ -81,12 +79,6 @@ class PendingPermission:
         return self.request.request_id
 
 
-def may_act_for(caller: Caller, origin: str | None) -> bool:
-    """A browser session acts for every origin of its server, a hub user's panel for its user's origins; others
-    only for their own origin (:meth:`Caller.acts_for`)."""
-    return caller.acts_for(origin)
-
-
 class PermissionRouter:
     """Routes consent requests to their originator and waits, finitely, for the answer."""
 
@@ -98,8 +90,9 @@ class PermissionRouter:
         self.trust = trust
         self.timeout = timeout
         self.clock = clock
-        self._pending: dict[str, PendingPermission] = {}
-        self._ended: OrderedDict[str, str] = OrderedDict()
+        # the pending map, ended ids, who may answer, the answer's first checks: shared with the elicitation router
+        self._book: PendingBook[PendingPermission] = PendingBook("permission request")
+        self._pending = self._book.pending
         self._run_allows: dict[str, set[tuple[tuple[str, str], str]]] = {}
         """run_id -> ((server, tool), tool identity) allowed for the rest of that run (scope=run)."""
 
@@ -122,7 +115,7 @@ class PermissionRouter:
         now = self.clock()
         deadline = min(request.deadline, now + self.timeout)
         request_id = request.request_id or f"pr_{secrets.token_hex(8)}"
-        if request_id in self._pending or request_id in self._ended:
+        if self._book.known(request_id):
             raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} already exists")
         payload = {
             "request_id": request_id,
@@ -148,7 +141,7 @@ class PermissionRouter:
         pending = PendingPermission(request=request, originator=req.originator, origin=req.origin,
                                     event_id=event.id, future=future, created_at=now, payload=payload,
                                     scopes=scopes)
-        self._pending[request_id] = pending
+        self._book.add(pending)
         try:
             async with asyncio.timeout(max(0.0, deadline - self.clock())):
                 return await asyncio.shield(future)
@@ -186,17 +179,9 @@ class PermissionRouter:
         """
         if decision not in (ConsentDecision.ALLOW, ConsentDecision.DENY):
             raise RoutingRefusal(Code.CONFLICT, "an answer is allow or deny")
-        pending = self._pending.get(request_id)
-        if pending is None:
-            ended = self._ended.get(request_id)
-            if ended is not None:
-                raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} has already ended ({ended})")
-            raise RoutingRefusal(Code.NOT_FOUND, f"no permission request {request_id}")
-        if not self._may_answer(caller, pending):
-            raise RoutingRefusal(Code.NOT_ORIGINATOR,
-                                 "only the notebook that started this run can answer its permission request")
-        if pending.ended or pending.future.done():
-            raise RoutingRefusal(Code.CONFLICT, f"permission request {request_id} has already ended")
+        pending = self._book.open_for(
+            caller, request_id,
+            not_originator="only the notebook that started this run can answer its permission request")
         if decision is ConsentDecision.ALLOW and scope.value not in pending.scopes:
             raise RoutingRefusal(Code.WIDENING_REFUSED,
                                  f"{pending.request.request.tool.name} runs code the model wrote in the kernel: it is "
@@ -217,9 +202,7 @@ class PermissionRouter:
         return result
 
     def _may_answer(self, caller: Caller, pending: PendingPermission) -> bool:
-        if caller.sees_many:  # the side panel: of the server's user, or of the hub user the origin belongs to
-            return may_act_for(caller, pending.origin)
-        return pending.originator is not None and caller.client_id == pending.originator
+        return self._book.may_answer(caller, pending)
 
     def _remember(self, pending: PendingPermission, scope: ConsentScope) -> None:
         req = pending.request.request
@@ -231,12 +214,8 @@ class PermissionRouter:
             self.trust.add_trust(req.origin, *req.tool.key, tool_identity(req.tool))
 
     def _end(self, pending: PendingPermission, outcome: str) -> None:
-        pending.ended = True
         pending.outcome = outcome
-        self._pending.pop(pending.request_id, None)
-        self._ended[pending.request_id] = outcome
-        while len(self._ended) > _ENDED_KEEP:
-            self._ended.popitem(last=False)
+        self._book.end(pending, outcome)
 
     # -- queries and bulk actions ------------------------------------------------------------------
 
