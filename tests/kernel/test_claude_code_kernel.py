@@ -143,6 +143,33 @@ def test_the_card_for_a_claude_code_command_decides_whether_it_runs(
         assert any(b.get("type") == "tool_result" and b.get("is_error") for b in sent if isinstance(b, dict))
 
 
+def test_claude_code_reads_and_runs_code_in_the_notebooks_own_kernel(
+        stack: tuple[RealServer, FakeAnthropic, Any, Path]) -> None:
+    """The kernel's tools reach Claude Code through relay's gateway (issue 17): ``list_variables`` runs in this
+    kernel without a card; ``run_code`` shows its exact code on the card and, approved, runs in this kernel."""
+    srv, fake, kc, _ = stack
+    name = f"sales_total_{secrets.token_hex(3)}"
+    assert execute(kc, f"{name} = 1234")[0]["status"] == "ok"
+    fake.enqueue(Reply(tool_use("mcp__relay__list_variables", {}, id="toolu_k_vars")),
+                 Reply(tool_use("mcp__relay__run_code", {"code": f"print({name} * 2)"}, id="toolu_k_run")),
+                 Reply("Twice the total is 2468."))
+    observe, seen = _clicker(kc, "Approve")
+    reply, msgs = execute(kc, "%%agent --engine claude-code\ndouble my total", on_iopub=observe, timeout=180)
+    assert reply["status"] == "ok", text_of(msgs)
+    assert "Twice the total is 2468." in text_of(msgs)
+    cards = [s.get("value", "") for s in seen if s.get("_model_name") == "HTMLModel"]
+    assert sum("run_code" in c for c in cards) >= 1 and any(f"print({name} * 2)" in c for c in cards)
+    assert not any("list_variables" in c for c in cards)  # the read asked nothing
+    results = {}
+    for request in fake.requests:
+        for message in (request.body or {}).get("messages") or []:
+            for block in message.get("content") if isinstance(message.get("content"), list) else []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    results[block["tool_use_id"]] = json.dumps(block.get("content"))
+    assert name in results["toolu_k_vars"] and "int" in results["toolu_k_vars"]
+    assert "2468" in results["toolu_k_run"]
+
+
 def test_an_interrupted_cell_kills_the_cli_tree_with_one_terminal_event(
         stack: tuple[RealServer, FakeAnthropic, Any, Path]) -> None:
     srv, fake, kc, data = stack
