@@ -1,13 +1,14 @@
 """Attack: spend one small day budget through every door at once.
 
-One origin (``daemon:agent``) of a real ``jupyter relay serve`` with a day budget that fits a few requests is
+One origin (``daemon:agent1``) of a real ``jupyter relay serve`` with a day budget that fits a few requests is
 driven at the same moment through its three ways to a model: the Anthropic-compatible endpoint (official SDK),
 the OpenAI-compatible endpoint (official SDK) and ``%%agent``-style runs over the RPC (``run.start``). Every
 upstream answer reports absurd usage, so each forwarded request is charged its whole reservation — the most a
 request may cost — and the upstreams answer slowly, so the reservations overlap. Each door has its own test of
 concurrency (docs/security.md, "The gate"); here they race each other on one ledger. Held: the ledger never
 passes the limit, nothing is left held, every refusal is ``BUDGET_EXCEEDED`` and the upstreams saw only the
-requests that were let through.
+requests that were let through. Then the same with two daemons on one data dir (``daemon:agent2``), the three
+doors of both racing one day: reservations live in the shared store, not in either process.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -33,87 +34,132 @@ MODEL_A, MODEL_O = "claude-test-1", "gpt-test-1"
 LIMIT = 10000
 EACH = 6  # per door
 ABSURD = Usage(input_tokens=10**9, output_tokens=10**9)
+CLIENTS = ("agent1", "agent2")
 
 
-def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory):
+    """Two daemons on one data dir, started once (a daemon's start is most of this module's time); each test
+    spends the day of its own origin (``daemon:<client>``), so the tests stay independent."""
+    tmp_path = tmp_path_factory.mktemp("budget-doors")
     slow = dict(usage=ABSURD, first_token_delay=0.4)
     with FakeAnthropic(api_key=KEY_A, models=(MODEL_A,), default=Reply(text("spent"), **slow)) as fake_a, \
             FakeOpenAI(api_key=KEY_O, models=(MODEL_O,), default=Reply(text("spent"), **slow)) as fake_o:
         config = tmp_path / "broker.json"
         config.write_text(json.dumps({
             "anthropic_api_key": KEY_A, "anthropic_base_url": fake_a.base_url,
+            "data_dir": str(tmp_path / "data" / "relay"),
             "openai_api_key": KEY_O, "openai_base_url": fake_o.base_url, "default_model": MODEL_A}))
-        done = run_cli(tmp_path, "grants", "add", "daemon:agent", "--tools", "*", "--models", "*",
-                       "--budget", f"tokens={LIMIT},cost=none,rpm=none,steps=none,run_tokens=none")
-        assert done.returncode == 0, done.stderr
-        daemon = start_daemon(tmp_path, "--listen", "tcp://127.0.0.1:0", "--config", str(config))
+        roots = [tmp_path, tmp_path / "broker1"]  # each its own runtime dir and state file, one data dir
+        roots[1].mkdir()
+        done: list[Any] = [None] * len(CLIENTS)
+        daemons: list[Daemon | None] = [None] * len(roots)
+
+        def grant(i: int) -> None:
+            done[i] = run_cli(tmp_path, "grants", "add", f"daemon:{CLIENTS[i]}", "--tools", "*", "--models", "*",
+                              "--budget", f"tokens={LIMIT},cost=none,rpm=none,steps=none,run_tokens=none")
+
+        def start(i: int) -> None:
+            daemons[i] = start_daemon(roots[i], "--listen", "tcp://127.0.0.1:0", "--config", str(config))
+
+        _in_parallel([lambda i=i: grant(i) for i in range(len(CLIENTS))])
+        assert all(d.returncode == 0 for d in done), [d.stderr for d in done]
+        _in_parallel([lambda i=i: start(i) for i in range(len(roots))])
         try:
-            token, base = daemon.token(), f"http://127.0.0.1:{daemon.port}/relay"
-            headers = {"X-Relay-Client": "agent"}
-            a_client = anthropic.Anthropic(api_key=token, base_url=base + "/anthropic", default_headers=headers,
-                                           max_retries=0, timeout=60)
-            o_client = openai.OpenAI(api_key=token, base_url=base + "/openai/v1", default_headers=headers,
-                                     max_retries=0, timeout=60)
-            outcomes: list[tuple[str, str]] = []
-            run_ids: list[str] = []
-            lock = threading.Lock()
-            go = threading.Event()
-
-            def via_anthropic() -> None:
-                go.wait()
-                try:
-                    a_client.messages.create(model=MODEL_A, max_tokens=400,
-                                             messages=[{"role": "user", "content": "spend"}])
-                    result = "ok"
-                except anthropic.APIStatusError as exc:
-                    result = "BUDGET_EXCEEDED" if "BUDGET_EXCEEDED" in str(exc) else f"other: {exc}"
-                with lock:
-                    outcomes.append(("anthropic", result))
-
-            def via_openai() -> None:
-                go.wait()
-                try:
-                    o_client.chat.completions.create(model=MODEL_O, max_tokens=400,
-                                                     messages=[{"role": "user", "content": "spend"}])
-                    result = "ok"
-                except openai.APIStatusError as exc:
-                    result = "BUDGET_EXCEEDED" if "BUDGET_EXCEEDED" in str(exc) else f"other: {exc}"
-                with lock:
-                    outcomes.append(("openai", result))
-
-            def via_rpc(n: int) -> None:
-                go.wait()
-                answer = daemon.rpc("run.start", {"conversation": f"race{n}", "prompt": "spend",
-                                                    "model": MODEL_A, "max_tokens": 400, "mode": "full"})
-                with lock:
-                    if "result" in answer:
-                        run_ids.append(answer["result"]["run_id"])
-                    else:
-                        outcomes.append(("rpc", "BUDGET_EXCEEDED" if answer["error"]["data"].get("code")
-                                         == "BUDGET_EXCEEDED" else f"other: {answer}"))
-
-            threads = [threading.Thread(target=f, args=a) for i in range(EACH)
-                       for f, a in ((via_anthropic, ()), (via_openai, ()), (via_rpc, (i,)))]
-            for t in threads:
-                t.start()
-            go.set()
-            for t in threads:
-                t.join(120)
-            assert not any(t.is_alive() for t in threads)
-
-            deadline = time.monotonic() + 90
-            runs: list[dict[str, Any]] = []
-            while time.monotonic() < deadline:
-                runs = [daemon.rpc("runs.get", {"run_id": r})["result"]["run"] for r in run_ids]
-                if all(r["state"] not in ("running", "pending", "waiting") for r in runs):
-                    break
-                time.sleep(0.2)
-            states = [r["state"] for r in runs]
-            assert all(s in ("done", "budget_exhausted") for s in states), states
-
-            usage = daemon.rpc("budget.get", {})["result"]["usage"]
+            assert all(daemons), "a daemon did not start"
+            yield SimpleNamespace(daemons=daemons, fake_a=fake_a, fake_o=fake_o, token=daemons[0].token())
         finally:
-            daemon.stop()
+            for d in daemons:
+                if d is not None:
+                    d.stop()
+
+
+def _in_parallel(calls: list[Any]) -> None:
+    threads = [threading.Thread(target=c) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+
+
+def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(rig) -> None:
+    _race(rig, brokers=1, client=CLIENTS[0])
+
+
+def test_one_day_budget_holds_across_two_daemons_on_one_data_dir_and_all_three_doors(rig) -> None:
+    """Two ``jupyter relay serve`` on one data dir (a tested configuration, docs/storage.md), each driven
+    through its three doors at once: the reservations are in the shared store, so the two brokers together
+    never pass the day either."""
+    _race(rig, brokers=2, client=CLIENTS[1])
+
+
+def _race(rig: SimpleNamespace, *, brokers: int, client: str) -> None:
+    fake_a, fake_o, token = rig.fake_a, rig.fake_o, rig.token
+    daemons: list[Daemon] = rig.daemons[:brokers]
+    seen_a, seen_o = len(fake_a.requests), len(fake_o.requests)
+    headers = {"X-Relay-Client": client}
+    a_clients = [anthropic.Anthropic(api_key=token, base_url=f"http://127.0.0.1:{d.port}/relay/anthropic",
+                                     default_headers=headers, max_retries=0, timeout=60) for d in daemons]
+    o_clients = [openai.OpenAI(api_key=token, base_url=f"http://127.0.0.1:{d.port}/relay/openai/v1",
+                               default_headers=headers, max_retries=0, timeout=60) for d in daemons]
+    outcomes: list[tuple[str, str]] = []
+    run_ids: list[tuple[Daemon, str]] = []
+    lock = threading.Lock()
+    go = threading.Event()
+
+    def via_anthropic(n: int) -> None:
+        go.wait()
+        try:
+            a_clients[n % brokers].messages.create(model=MODEL_A, max_tokens=400,
+                                                   messages=[{"role": "user", "content": "spend"}])
+            result = "ok"
+        except anthropic.APIStatusError as exc:
+            result = "BUDGET_EXCEEDED" if "BUDGET_EXCEEDED" in str(exc) else f"other: {exc}"
+        with lock:
+            outcomes.append(("anthropic", result))
+
+    def via_openai(n: int) -> None:
+        go.wait()
+        try:
+            o_clients[n % brokers].chat.completions.create(model=MODEL_O, max_tokens=400,
+                                                           messages=[{"role": "user", "content": "spend"}])
+            result = "ok"
+        except openai.APIStatusError as exc:
+            result = "BUDGET_EXCEEDED" if "BUDGET_EXCEEDED" in str(exc) else f"other: {exc}"
+        with lock:
+            outcomes.append(("openai", result))
+
+    def via_rpc(n: int) -> None:
+        go.wait()
+        answer = _rpc(daemons[n % brokers], token, "run.start", client=client, params={
+            "conversation": f"race{n}", "prompt": "spend", "model": MODEL_A, "max_tokens": 400, "mode": "full"})
+        with lock:
+            if "result" in answer:
+                run_ids.append((daemons[n % brokers], answer["result"]["run_id"]))
+            else:
+                outcomes.append(("rpc", "BUDGET_EXCEEDED" if answer["error"]["data"].get("code")
+                                 == "BUDGET_EXCEEDED" else f"other: {answer}"))
+
+    threads = [threading.Thread(target=f, args=(i,)) for i in range(EACH if brokers == 1 else 4 * brokers)
+               for f in (via_anthropic, via_openai, via_rpc)]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+
+    deadline = time.monotonic() + 90
+    runs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        runs = [_rpc(d, token, "runs.get", {"run_id": r}, client)["result"]["run"] for d, r in run_ids]
+        if all(r["state"] not in ("running", "pending", "waiting") for r in runs):
+            break
+        time.sleep(0.2)
+    states = [r["state"] for r in runs]
+    assert all(s in ("done", "budget_exhausted") for s in states), states
+
+    usage = _rpc(daemons[-1], token, "budget.get", {}, client)["result"]["usage"]
 
     others = [o for o in outcomes if o[1] not in ("ok", "BUDGET_EXCEEDED")]
     assert not others, others
@@ -123,6 +169,16 @@ def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(tmp_path: 
     assert usage["tokens_limit"] == LIMIT
     assert usage["tokens"] <= LIMIT, usage  # the attack: three doors never pass one day together
     assert usage["reserved_tokens"] == 0, usage  # nothing left held after every request ended
-    forwarded = len([r for r in fake_a.requests if r.path.endswith("/messages")]) + \
-        len([r for r in fake_o.requests if r.path.endswith("/chat/completions")])
+    forwarded = len([r for r in fake_a.requests[seen_a:] if r.path.endswith("/messages")]) + \
+        len([r for r in fake_o.requests[seen_o:] if r.path.endswith("/chat/completions")])
     assert forwarded == passed, (forwarded, passed, outcomes, states)  # a refusal reached no upstream
+
+
+def _rpc(daemon: Daemon, token: str, method: str, params: dict[str, Any], client: str) -> dict[str, Any]:
+    """One JSON-RPC call as ``client`` (the token of the shared data dir: a second daemon's own root holds
+    none)."""
+    conn = daemon.connect()
+    try:
+        return conn.rpc(method, params, {"Authorization": f"Bearer {token}", "X-Relay-Client": client})
+    finally:
+        conn.close()
