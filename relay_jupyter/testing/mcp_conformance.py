@@ -75,6 +75,25 @@ class HeadlessSignIn:
         return AuthorizationCodeResult(code=first.get("code", ""), state=first.get("state"), iss=first.get("iss"))
 
 
+async def _issuer_of(url: str) -> str:
+    """The authorization server the scenario's protected-resource metadata names. Stands in for the user, who writes
+    the ``issuer`` of their machine client into mcp.json (the product never takes it from the MCP server)."""
+    import urllib.parse
+
+    import httpx2
+
+    parts = urllib.parse.urlsplit(url)
+    base = f"{parts.scheme}://{parts.netloc}"
+    async with httpx2.AsyncClient(follow_redirects=False, trust_env=False) as client:
+        for path in (f"/.well-known/oauth-protected-resource{parts.path}", "/.well-known/oauth-protected-resource"):
+            response = await client.get(base + path)
+            if response.status_code == 200:
+                servers = response.json().get("authorization_servers") or []
+                if servers:
+                    return str(servers[0])
+    return base
+
+
 async def run(url: str, scenario: str) -> int:
     import tempfile
 
@@ -87,7 +106,16 @@ async def run(url: str, scenario: str) -> int:
     connection.http_auth = lambda cfg: oauth_provider(cfg.name, cfg.url, FileTokenStore(Path(tokens.name), cfg.name,
                                                                                         cfg.url), sign_in)
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    if context.get("client_id") and context.get("client_secret"):
+    if scenario == "auth/client-credentials-basic" and context.get("client_id") and context.get("client_secret"):
+        # a machine client (mcp.json client_id + issuer, the secret in the secrets file): the product's provider
+        # and in-memory token store, as the registry builds them (McpRegistry.enable_client_credentials)
+        from ..mcp.oauth import MemoryTokenStore, client_credentials_provider
+
+        issuer = await _issuer_of(url)
+        store = MemoryTokenStore()
+        connection.http_auth = lambda cfg: client_credentials_provider(
+            cfg.url, store, client_id=context["client_id"], client_secret=context["client_secret"], issuer=issuer)
+    elif context.get("client_id") and context.get("client_secret"):
         # a client registered beforehand (the user pasted its id and secret): no dynamic registration
         from mcp.shared.auth import OAuthClientInformationFull
 
