@@ -12,9 +12,11 @@ Lines are split on ``\\n`` only, like GNU diff: a lone CR is part of its line an
 :func:`unified_diff` (the push card, ``workspace.diff``, ``relay.diff`` in a kernel) finds the identical
 head and tail on bytes. On a large file it then follows equal bytes and resynchronises after each
 difference (:func:`_resync_spans`: ``bytes.find`` of the next lines, no line split or hashed) and hands
-the spans found to the windowed diff below, taking its result only when that is provably GNU's; in
-every other case (small files, many changes, anything unproven) the middle is split into lines and
-analysed exactly as GNU does, with the per-line passes at C speed (see :mod:`.diff_analysis`).
+the spans found to the windowed diff below, taking its result only when that is provably GNU's. With
+many changes (a ``replace_all``) the middle is split once and its lines compared at C speed
+(:func:`_many_changes`), the result again taken only when provably GNU's; in every other case (small
+files, anything unproven) the middle is split into lines and analysed exactly as GNU does, with the
+per-line passes at C speed (see :mod:`.diff_analysis`).
 ``benchmarks/bench_diff.py`` measures both against GNU.
 
 For an edit whose spans are known, large files are never diffed whole: :func:`unified_diff_spans` takes the byte spans an edit replaced
@@ -29,15 +31,16 @@ minimal, correct one that ``patch`` applies.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import add
+from itertools import accumulate, chain, compress, repeat
+from operator import add, eq, ge, gt, lt, ne, or_, sub
 
 from .diff_analysis import Change, WorkExceeded, analyze, changes_of
-from .gnudiff_gate import cost_bound_ok, crossing_runs_cancel
+from .gnudiff_gate import cost_bound_ok, crossing_blocks_cancel, crossing_runs_cancel
 
 __all__ = [
     "CONTEXT",
@@ -189,23 +192,20 @@ def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str
     """
     if old == new:
         return DiffResult(b"", None, 0)
-    # Whole identical lines at the start; then at the end, not reaching back into them.
-    pre_end = old.rfind(b"\n", 0, _common_prefix(old, new)) + 1
-    xa = len(old) - _common_suffix(old, new, min(len(old), len(new)) - pre_end)
-    xb = xa + len(new) - len(old)
-    if not (_line_starts(old, xa, pre_end) and _line_starts(new, xb, pre_end)):
-        # inside the common tail newlines are at the same places in both files: the next one
-        k = old.find(b"\n", xa)
-        xa = len(old) if k < 0 else k + 1
-        xb = xa + len(new) - len(old)
+    pre_end, xa, xb = _middle(old, new)
     if budget is None and len(old) + len(new) > EXACT_LIMIT:
         # A large file: find the changes by following equal bytes and resynchronising after each
         # difference (no line is split or hashed), and let the windowed diff prove that its result is
-        # GNU's; anything it cannot prove, or many changes, is analysed exactly below.
+        # GNU's; with many changes, the lines are compared at C speed instead (_many_changes, which
+        # proves its result the same way); anything unproven is analysed exactly below.
         spans = _resync_spans(old, new, pre_end, xa, pre_end, xb)
         if spans:
             result = unified_diff_spans(old, new, spans, old_label=old_label, new_label=new_label,
                                         proven_only=True)
+            if result is not None:
+                return result
+        elif spans is None:
+            result = _many_changes(old, new, pre_end, xa, xb, old_label, new_label)
             if result is not None:
                 return result
     # GNU keeps _HORIZON identical lines on each side of the differing middle
@@ -249,6 +249,20 @@ def unified_diff(old: bytes, new: bytes, *, old_label: str = "a", new_label: str
         return text[:-1] if run[-1][-1:] == _NO_EOL else text + b"\n"
 
     return _format(changes, line_of(a), line_of(b), n0, n1, old_label, new_label, old_block=old_block)
+
+
+def _middle(old: bytes, new: bytes) -> tuple[int, int, int]:
+    """The differing middle at line boundaries: ``old[pre_end:xa]`` became ``new[pre_end:xb]``."""
+    # Whole identical lines at the start; then at the end, not reaching back into them.
+    pre_end = old.rfind(b"\n", 0, _common_prefix(old, new)) + 1
+    xa = len(old) - _common_suffix(old, new, min(len(old), len(new)) - pre_end)
+    xb = xa + len(new) - len(old)
+    if not (_line_starts(old, xa, pre_end) and _line_starts(new, xb, pre_end)):
+        # inside the common tail newlines are at the same places in both files: the next one
+        k = old.find(b"\n", xa)
+        xa = len(old) if k < 0 else k + 1
+        xb = xa + len(new) - len(old)
+    return pre_end, xa, xb
 
 
 #: Marks the last line of a file that has no newline (:func:`_split` appends it): no other line of
@@ -346,6 +360,14 @@ def _sync_point(old: bytes, new: bytes, pa: int, a_end: int, pb: int, b_end: int
     cost = 1 << 62
     if a_end - pa <= _SYNC_AHEAD and b_end - pb <= _SYNC_AHEAD:
         best, cost = (a_end, b_end), (a_end - pa) + (b_end - pb)  # the rest of both is one change
+    # First the likeliest answer, one line replaced by one line: found, it bounds every search below
+    # (a probe whose anchor holds the changed line would otherwise scan _SYNC_AHEAD bytes in vain).
+    x1, y1 = _line_end(old, pa), _line_end(new, pb)
+    if x1 < a_end and y1 < b_end:
+        e = _next_lines(old, x1, a_end, _SYNC_RUN)
+        if (new.startswith(old[x1:e], y1) if e < a_end else new[y1:b_end] == old[x1:e]) \
+                and (x1 - pa) + (y1 - pb) < cost:
+            best, cost = (x1, y1), (x1 - pa) + (y1 - pb)
     for src, s0, s_end, dst, d0, d_end, flip in ((old, pa, a_end, new, pb, b_end, False),
                                                  (new, pb, b_end, old, pa, a_end, True)):
         x = s0
@@ -361,12 +383,14 @@ def _sync_point(old: bytes, new: bytes, pa: int, a_end: int, pb: int, b_end: int
                 candidates = [y] if ok else []
             else:
                 candidates = []
-                y = dst.find(anchor, d0, min(d_end, d0 + _SYNC_AHEAD + len(anchor)))
+                # only a start nearer than the best so far can win
+                stop = min(d_end, d0 + min(_SYNC_AHEAD, cost - (x - s0)) + len(anchor))
+                y = dst.find(anchor, d0, stop)
                 while y >= 0:
                     if y == d0 or dst[y - 1:y] == b"\n":
                         candidates.append(y)
                         break
-                    y = dst.find(anchor, y + 1, min(d_end, d0 + _SYNC_AHEAD + len(anchor)))
+                    y = dst.find(anchor, y + 1, stop)
             for y in candidates:
                 c = (x - s0) + (y - d0)
                 if c < cost:
@@ -610,6 +634,12 @@ def unified_diff_spans(old: bytes, new: bytes, spans: Sequence[tuple[int, int, i
             return _replace_middle(old, new, old_label, new_label)
     dense = len(spans) > DENSE_SPANS
     if dense:
+        # Many spans (replace_all): the lines compared at C speed give GNU's diff when it is provable,
+        # faster than following each span; otherwise the windows below.
+        pre_end, xa, xb = _middle(old, new)
+        result = _many_changes(old, new, pre_end, xa, xb, old_label, new_label)
+        if result is not None:
+            return result
         table = old.split(b"\n")
         if table[-1] == b"":
             table.pop()
@@ -808,3 +838,359 @@ def _analyse_windows(old: bytes, new: bytes, units: list[_Unit], region0: int, r
             cache1[line0 + dl + k] = line
     if drop:
         changes[:] = [c for c in changes if id(c) not in drop]
+
+
+# --------------------------------------------------------------------------------------------
+# Many changes in a large file (issue 18: replace_all over an 8 MB file was 5-8x GNU's time)
+# --------------------------------------------------------------------------------------------
+#
+# Past _SYNC_SPANS changes the byte resynchronisation above costs tens of Python steps per change,
+# and the exact analysis hashes every line, slides every run and formats hunks line by line. Here
+# the middle is split once and compared line against line at C speed (``map(ne, ...)`` over list
+# slices, runs of mismatches found by a regex over the flags); where lines were inserted or deleted,
+# the nearest place with _LINE_SYNC equal lines is looked up with ``list.index``. The changes found
+# are taken only when the argument of :mod:`.gnudiff_gate` proves them GNU's (the same checks as the
+# windowed diff: each change simple, crossing runs cancelled, the search cost bounded); otherwise the
+# caller analyses the region exactly. Hunks are printed with ``bytes.join`` over runs of lines.
+
+#: Equal lines that must follow a stretch of mismatches at the same offset for it to be taken as a
+#: replacement of those lines; otherwise the offset is resynchronised.
+_LINE_SYNC = 8
+#: Lines of each file tried as the start of the next equal stretch, each looked for within
+#: _LINE_AHEAD lines of the other file.
+_LINE_PROBES = 32
+_LINE_AHEAD = 4096
+#: Python steps the resynchronisation may take over one diff before it leaves it to the exact run.
+_LINE_WORK = 200_000
+_MISMATCHES = re.compile(rb"\x01+")
+
+
+class _Changes:
+    """Changes as four parallel lists: ``deleted[i]`` lines of ``a`` at ``x[i]`` became ``inserted[i]``
+    lines of ``b`` at ``y[i]`` (the checks and the printer below work on whole lists at C speed)."""
+
+    __slots__ = ("x", "y", "deleted", "inserted")
+
+    def __init__(self) -> None:
+        self.x: list[int] = []
+        self.y: list[int] = []
+        self.deleted: list[int] = []
+        self.inserted: list[int] = []
+
+    def add(self, x: int, y: int, d: int, k: int) -> None:
+        self.x.append(x)
+        self.y.append(y)
+        self.deleted.append(d)
+        self.inserted.append(k)
+
+
+def _line_changes(a: list[bytes], b: list[bytes]) -> _Changes | None:
+    """Changes that turn ``a`` into ``b``, each starting at a line that differs (so a change that
+    deletes and inserts lines has ``a[x] != b[y]``) and ending at one; None when the equal lines after
+    a change are not found nearby (the caller then runs the exact analysis). Any changes returned
+    are correct; whether they are GNU's is decided by the caller."""
+    na, nb = len(a), len(b)
+    out = _Changes()
+    xs, ys, ds, ks = out.x, out.y, out.deleted, out.inserted
+    i = j = 0
+    chunk = 256
+    work = [_LINE_WORK]
+    while i < na and j < nb:
+        m = min(chunk, na - i, nb - j)
+        flags = bytes(map(ne, a[i:i + m], b[j:j + m]))
+        whole = i + m == na and j + m == nb
+        # The commonest stretch (replace_all): only single mismatched lines, each followed by
+        # _LINE_SYNC equal ones, taken all at once from the lengths of the equal runs between them.
+        equal = list(map(len, flags.split(b"\x01")))
+        if len(equal) == 1 or (min(equal[1:-1], default=_LINE_SYNC) >= _LINE_SYNC
+                               and (equal[-1] >= _LINE_SYNC or whole)):
+            if len(equal) > 1:
+                at_ = list(map(add, accumulate(equal[:-1]), range(len(equal) - 1)))
+                xs.extend(map(add, at_, repeat(i)))
+                ys.extend(map(add, at_, repeat(j)))
+                ds.extend(repeat(1, len(at_)))
+                ks.extend(repeat(1, len(at_)))
+            i += m
+            j += m
+            chunk = min(chunk << 1, 1 << 16)
+            continue
+        at, resync = -1, False
+        runs = [found.span() for found in _MISMATCHES.finditer(flags)]
+        r = 0
+        while r < len(runs):
+            # a group of runs each less than _LINE_SYNC lines from the next: replacements at this
+            # offset if _LINE_SYNC equal lines follow the group
+            g = r
+            while g + 1 < len(runs) and runs[g + 1][0] < runs[g][1] + _LINE_SYNC:
+                g += 1
+            s, e = runs[r][0], runs[g][1]
+            # ... and the group looks like nearby edits of a line or two, not the same lines shifted
+            # (which mismatch nearly everywhere): every gap at least 2 lines, no more mismatched lines
+            # than equal ones. A longer run is left to the resynchronisation, which also finds an
+            # insertion followed by a deletion (a replacement of the lines between would be wrong).
+            changed = sum(e1 - s1 for s1, e1 in runs[r:g + 1])
+            sparse = max(e1 - s1 for s1, e1 in runs[r:g + 1]) <= 2 and (
+                g == r or (changed <= (e - s) - changed
+                           and min(runs[t + 1][0] - runs[t][1] for t in range(r, g)) >= 2))
+            if sparse and (e + _LINE_SYNC <= m or whole):
+                for s1, e1 in runs[r:g + 1]:  # the same number of lines replaced
+                    xs.append(i + s1)
+                    ys.append(j + s1)
+                    ds.append(e1 - s1)
+                    ks.append(e1 - s1)
+                r = g + 1
+                continue
+            if sparse and s > 0 and m == chunk:
+                at = s  # too near the end of this stretch to tell: compare again from there
+            else:
+                at, resync = s, True  # lines were inserted or deleted here
+            break
+        if at < 0:
+            i += m
+            j += m
+            chunk = min(chunk << 1, 1 << 16)
+            continue
+        i += at
+        j += at
+        if resync:
+            found_at = _line_sync(a, b, i, j, work)
+            if found_at is None:
+                return None
+            x, y = found_at
+            d, k = x - i, y - j
+            while d and k and a[i + d - 1] == b[j + k - 1]:  # a common tail is context, not change
+                d -= 1
+                k -= 1
+            out.add(i, j, d, k)
+            i, j = x, y
+            chunk = 256
+    if i < na or j < nb:
+        out.add(i, j, na - i, nb - j)
+    return out
+
+
+def _line_sync(a: list[bytes], b: list[bytes], x: int, y: int, work: list[int]) -> tuple[int, int] | None:
+    """The nearest (by lines skipped in both) ``(x2, y2)`` from which _LINE_SYNC lines of ``a`` and
+    ``b`` are equal, or the rest of both is; None if none among the probed lines (or out of work)."""
+    best: tuple[int, int] | None = None
+    cost = 1 << 62
+    na, nb = len(a), len(b)
+    if na - x <= _LINE_AHEAD and nb - y <= _LINE_AHEAD:
+        best, cost = (na, nb), (na - x) + (nb - y)  # the rest of both is one change
+    for src, s0, dst, d0, flip in ((a, x, b, y, False), (b, y, a, x, True)):
+        ns, nd = len(src), len(dst)
+        for p in range(_LINE_PROBES):
+            xs = s0 + p
+            if xs >= ns or p >= cost:
+                break
+            anchor = src[xs:xs + _LINE_SYNC]
+            yd = -1
+            if xs + _LINE_SYNC >= ns:
+                # fewer than _LINE_SYNC lines left: they must be the rest of the other file too
+                k = nd - len(anchor)
+                if k >= d0 and dst[k:] == anchor:
+                    yd = k
+            else:
+                line = anchor[0]
+                k, stop = d0, min(nd, d0 + _LINE_AHEAD, d0 + cost - p)
+                while k < stop:
+                    work[0] -= 1
+                    if work[0] < 0:
+                        return None
+                    try:
+                        k = dst.index(line, k, stop)
+                    except ValueError:
+                        break
+                    if dst[k:k + _LINE_SYNC] == anchor:
+                        yd = k
+                        break
+                    k += 1
+            if yd >= 0 and p + (yd - d0) < cost:
+                cost = p + (yd - d0)
+                best = (yd, xs) if flip else (xs, yd)
+    return best
+
+
+def _many_changes(old: bytes, new: bytes, pre_end: int, xa: int, xb: int, old_label: str,
+                  new_label: str) -> DiffResult | None:
+    """GNU's diff of ``old`` and ``new`` (``old[pre_end:xa]`` became ``new[pre_end:xb]``, both at line
+    boundaries) from lines compared at C speed, or None when it cannot be proven GNU's."""
+    # The middle with _HORIZON + 1 identical lines each side: every change's neighbours and GNU's
+    # region are inside it.
+    lo = pre_end
+    for _ in range(_HORIZON + 1):
+        if lo == 0:
+            break
+        lo = old.rfind(b"\n", 0, lo - 1) + 1
+    hi0 = xa
+    for _ in range(_HORIZON + 1):
+        if hi0 >= len(old):
+            break
+        hi0 = _line_end(old, hi0)
+    hi1 = xb + (hi0 - xa)
+    a, b = _split(old[lo:hi0]), _split(new[lo:hi1])
+    ch = _line_changes(a, b)
+    if not ch or not ch.x:
+        return None
+    n0, n1 = _count_lines(old), _count_lines(new)
+    if not _changes_are_gnu(ch, a, b, lo == 0, hi0 == len(old), n0 + n1):
+        return None
+    return _format_lines(ch, a, b, old.count(b"\n", 0, lo), n0, n1, old_label, new_label)
+
+
+def _changes_are_gnu(ch: _Changes, a: list[bytes], b: list[bytes], at_start: bool, at_end: bool,
+                     total: int) -> bool:
+    """True when the changes are provably GNU's: the windowed diff's argument (:func:`_windows_are_gnu`,
+    :mod:`.gnudiff_gate`), checked over whole lists at C speed. Each change must be one the windowed
+    diff calls simple (``_simple_change``): at least two identical lines from the previous one, its
+    deleted and inserted lines sharing no line, neither run able to slide (a neighbour equal to its
+    far end); and its neighbours inside ``a`` (``at_start`` / ``at_end``: ``a`` begins / ends its file)."""
+    xs, ys, ds, ks = ch.x, ch.y, ch.deleted, ch.inserted
+    n, na = len(xs), len(a)
+    ends = list(map(add, xs, ds))
+    if n > 1 and min(map(sub, xs[1:], ends[:-1])) < 2:
+        return False
+    if (xs[0] == 0 and not at_start) or (ends[-1] >= na and not at_end):
+        return False
+    for idx in compress(range(n), map(or_, map(gt, ds, repeat(1)), map(gt, ks, repeat(1)))):
+        x, y, d, k = xs[idx], ys[idx], ds[idx], ks[idx]
+        if d and k and not set(a[x:x + d]).isdisjoint(b[y:y + k]):
+            return False
+    # Neighbours: the line before and the line after each change; past either end of the file, a
+    # pad that equals no line.
+    pad = object()
+    get, bget = a.__getitem__, b.__getitem__
+    before = list(map(get, map(sub, xs, repeat(1))))
+    if xs[0] == 0:
+        before[0] = pad
+    after = list(map(get, ends[:-1]))
+    after.append(a[ends[-1]] if ends[-1] < na else pad)
+    one_for_one = min(ds) == 1 == max(ds) and min(ks) == 1 == max(ks)  # (replace_all)
+    if one_for_one:
+        lost, won = list(map(get, xs)), list(map(bget, ys))
+        if any(map(eq, lost, before)) or any(map(eq, lost, after)) or any(map(eq, won, before)) \
+                or any(map(eq, won, after)):
+            return False
+    # deleted runs: last line vs the one before, first line vs the one after
+    elif any(map(eq, map(get, map(sub, compress(ends, ds), repeat(1))), compress(before, ds))) or \
+            any(map(eq, map(get, compress(xs, ds)), compress(after, ds))):
+        return False
+    # inserted runs, likewise
+    yk = list(compress(ys, ks))
+    if not one_for_one and (
+            any(map(eq, map(bget, map(sub, map(add, yk, compress(ks, ks)), repeat(1))), compress(before, ks)))
+            or any(map(eq, map(bget, yk), compress(after, ks)))):
+        return False
+    if not (crossing_blocks_cancel(list(compress(xs, ds)), list(compress(ds, ds)))
+            and crossing_blocks_cancel(yk, list(compress(ks, ks)))):
+        return False
+    cost = sum(ds) + sum(ks)
+    if cost_bound_ok(cost, total):
+        return True
+    # As in _windows_are_gnu: changed lines without a match in the other file cost GNU's search
+    # nothing (its discard pass drops them). Counts over GNU's region of the old file.
+    lo_r, hi_r = xs[0] - _HORIZON, ends[-1] + _HORIZON
+    if (lo_r < 0 and not at_start) or (hi_r > na and not at_end):
+        return False
+    if one_for_one:
+        gone, came = Counter(lost), Counter(won)
+    else:
+        gone = Counter(chain.from_iterable(map(get, map(slice, xs, ends))))
+        came = Counter(chain.from_iterable(map(bget, map(slice, ys, map(add, ys, ks)))))
+    needed = gone.keys() | came.keys()
+    # only lines as long as a changed one can be one (lengths are free, hashes are not)
+    sizes = set(map(len, needed))
+    region = a[max(lo_r, 0):hi_r]
+    count_old = Counter(filter(needed.__contains__, compress(region, map(sizes.__contains__, map(len, region)))))
+    # a deleted text none of whose old lines is kept and that is not inserted; an inserted text that
+    # is not in the old region (set operations and maps: no Python step per text)
+    only = list(gone.keys() - came.keys())
+    cost -= sum(compress(map(gone.__getitem__, only), map(eq, map(count_old.__getitem__, only),
+                                                            map(gone.__getitem__, only))))
+    cost -= sum(map(came.__getitem__, came.keys() - count_old.keys()))
+    return cost_bound_ok(cost, total)
+
+
+def _format_lines(ch: _Changes, a: list[bytes], b: list[bytes], base: int, n0: int, n1: int,
+                  old_label: str, new_label: str) -> DiffResult:
+    """:func:`_format` for changes indexing ``a`` / ``b`` (lines without their newline, as
+    :func:`_split` gives them; line ``base`` of both files is ``a[0]`` / ``b[0]``): each run of lines
+    is one ``bytes.join``; a hunk that shows a last line without a newline is printed by
+    :func:`_format` itself."""
+    header = b"--- " + old_label.encode() + b"\n+++ " + new_label.encode() + b"\n"
+    xs, ys, ds, ks = ch.x, ch.y, ch.deleted, ch.inserted
+    nch = len(xs)
+    ends = list(map(add, xs, ds))
+    # local index of each file's last line when it has no newline (-1: it has one, or is not here)
+    eol0 = n0 - 1 - base if a and a[-1][-1:] == _NO_EOL else -1
+    eol1 = n1 - 1 - base if b and b[-1][-1:] == _NO_EOL else -1
+    last0, last1 = n0 - 1 - base, n1 - 1 - base
+    # hunks: a gap of 2 * CONTEXT + 1 identical lines or more between two changes starts a new one
+    firsts = [0, *compress(range(1, nch), map(ge, map(sub, xs[1:], ends[:-1]), repeat(2 * CONTEXT + 1)))]
+    lasts = [f - 1 for f in firsts[1:]] + [nch - 1]
+    hunks: list[bytes | None] = [None] * len(firsts)
+    # The commonest hunk, one line replaced by one with full context on both sides (replace_all), is
+    # printed for all such hunks at once: each piece is a map over the hunks.
+    xf, yf = list(map(xs.__getitem__, firsts)), list(map(ys.__getitem__, firsts))
+    regular = list(map(all, zip(map(eq, firsts, lasts), map(eq, map(ds.__getitem__, firsts), repeat(1)),
+                                map(eq, map(ks.__getitem__, firsts), repeat(1)),
+                                map(ge, xf, repeat(CONTEXT)), map(ge, yf, repeat(CONTEXT)),
+                                map(lt, xf, repeat(last0 - CONTEXT)), map(lt, yf, repeat(last1 - CONTEXT)))))
+    if any(regular):
+        rx, ry = list(compress(xf, regular)), list(compress(yf, regular))
+        size = 2 * CONTEXT + 1
+        # one bytes formatting per hunk: its header, CONTEXT lines, the change, CONTEXT lines
+        form = (b"@@ -%%d,%d +%%d,%d @@\n" % (size, size) + b" %b\n" * CONTEXT + b"-%b\n+%b\n"
+                + b" %b\n" * CONTEXT)
+        get = a.__getitem__
+        texts = map(form.__mod__, zip(
+            map(add, rx, repeat(base + 1 - CONTEXT)), map(add, ry, repeat(base + 1 - CONTEXT)),
+            *[map(get, map(add, rx, repeat(t))) for t in range(-CONTEXT, 0)],
+            map(get, rx), map(b.__getitem__, ry),
+            *[map(get, map(add, rx, repeat(t))) for t in range(1, CONTEXT + 1)]))
+        for h, text in zip(compress(range(len(firsts)), regular), texts):
+            hunks[h] = text
+    for h, (first, last) in enumerate(zip(firsts, lasts)):
+        if regular[h]:
+            continue
+        out = []
+        add_, extend = out.append, out.extend
+        x, y = xs[first], ys[first]
+        f0, f1 = max(x - CONTEXT, 0), max(y - CONTEXT, 0)
+        l0 = min(ends[last] - 1 + CONTEXT, last0)
+        l1 = min(ys[last] + ks[last] - 1 + CONTEXT, last1)
+        if l0 == eol0 or l1 == eol1:
+            # GNU's "\ No newline at end of file" marker: the line-by-line printer
+            def line_of(lines: list[bytes]):
+                def line(i: int) -> bytes:
+                    text = lines[i - base]
+                    return text[:-1] if text[-1:] == _NO_EOL else text + b"\n"
+                return line
+            part = [Change(base + xs[c], base + ys[c], ds[c], ks[c]) for c in range(first, last + 1)]
+            hunks[h] = _format(part, line_of(a), line_of(b), n0, n1, old_label, new_label).text[len(header):]
+            continue
+        c0, c1 = l0 - f0 + 1, l1 - f1 + 1
+        if c0 > 1 and c1 > 1:
+            add_(b"@@ -%d,%d +%d,%d @@\n" % (base + f0 + 1, c0, base + f1 + 1, c1))
+        else:
+            add_(b"@@ -" + _range(base + f0, base + l0) + b" +" + _range(base + f1, base + l1) + b" @@\n")
+        i = f0
+        for c in range(first, last + 1):
+            x, d, k = xs[c], ds[c], ks[c]
+            if i < x:
+                extend((b" ", b"\n ".join(a[i:x]), b"\n"))
+            if d == 1:
+                extend((b"-", a[x], b"\n"))
+            elif d:
+                extend((b"-", b"\n-".join(a[x:x + d]), b"\n"))
+            if k == 1:
+                extend((b"+", b[ys[c]], b"\n"))
+            elif k:
+                extend((b"+", b"\n+".join(b[ys[c]:ys[c] + k]), b"\n"))
+            i = x + d
+        if i <= l0:
+            extend((b" ", b"\n ".join(a[i:l0 + 1]), b"\n"))
+        hunks[h] = b"".join(out)
+    y, k = ys[0], ks[0]
+    first_line = base + y + 1 if k else min(base + y + 1, max(n1, 1))
+    return DiffResult(header + b"".join(hunks), first_line, len(firsts))

@@ -36,8 +36,10 @@ the argument, including on files made of a handful of lines repeated tens of tho
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate, repeat
+from operator import add, gt, mul, sub
 
-__all__ = ["TOO_EXPENSIVE", "cost_bound_ok", "crossing_runs_cancel"]
+__all__ = ["TOO_EXPENSIVE", "cost_bound_ok", "crossing_blocks_cancel", "crossing_runs_cancel"]
 
 #: GNU's floor for TOO_EXPENSIVE (analyze.c: MAX (4096, ~sqrt(diagonals))); the square-root term
 #: exceeds it only past 4**12 diagonals (about 16M lines), where :func:`cost_bound_ok` refuses anyway.
@@ -53,18 +55,23 @@ def crossing_runs_cancel(middles: Sequence[tuple[int, int]]) -> bool:
     crosses, every line of the stretches between the blocks as a 2; GNU cancels all its 2s when
     ``ones < 3 * twos``. Checked for every pair ``a < b`` in one pass (prefix sums, running maximum).
     """
-    # With P_k = sum_{i<k} (3 * stretch_i - count_i), the condition for a < b is P_b - P_a - count_b > 0.
-    best = 0  # max of P_a over the blocks seen so far
-    p = 0
-    prev_end = prev_count = None
-    for first, count in middles:
-        if prev_end is not None:
-            p += 3 * (first - prev_end) - prev_count
-            if p - count <= best:
-                return False
-            best = max(best, p)
-        prev_end, prev_count = first + count, count
-    return True
+    return crossing_blocks_cancel([first for first, _ in middles], [count for _, count in middles])
+
+
+def crossing_blocks_cancel(firsts: Sequence[int], counts: Sequence[int]) -> bool:
+    """:func:`crossing_runs_cancel` of the blocks ``zip(firsts, counts)``, over whole lists at C speed
+    (``accumulate`` and ``map``: thousands of blocks in a ``replace_all``)."""
+    if len(firsts) < 2:
+        return True
+    # With P_k = sum_{i<k} (3 * stretch_i - count_i), the condition for a < b is P_b - P_a - count_b > 0,
+    # i.e. P_b - count_b > max(P_0 .. P_{b-1}) for every b >= 1.
+    stretches = list(map(sub, firsts[1:], map(add, firsts[:-1], counts[:-1])))
+    if 3 * min(stretches) > 2 * max(counts):
+        # then every step of P is positive and larger than any count: the condition holds for all b
+        return True
+    p = list(accumulate(map(sub, map(mul, stretches, repeat(3)), counts[:-1]), initial=0))
+    best = accumulate(p, max)
+    return all(map(gt, map(sub, p[1:], counts[1:]), best))
 
 
 def cost_bound_ok(changed_lines: int, region_lines: int) -> bool:
