@@ -34,6 +34,14 @@ _BUFFER_RUNS = 32          # runs whose events may arrive before run.start retur
 _BUFFER_EVENTS = 10_000    # per such run
 
 
+def _refused_field(exc: RpcError, name: str) -> bool:
+    """Whether a broker refused the call's field ``name`` as unknown (``-32602`` with pydantic's
+    ``extra_forbidden`` at that field): an older broker that does not take it."""
+    errors = exc.data.get("errors") if isinstance(getattr(exc, "data", None), dict) else None
+    return exc.rpc_code == -32602 and isinstance(errors, list) and any(
+        isinstance(e, dict) and e.get("type") == "extra_forbidden" and e.get("loc") == [name] for e in errors)
+
+
 def pre_checked(default_tools: list[str], name: object) -> bool:
     """Whether the connect card pre-checks the tool ``name`` (``c.RelayApp.default_tools``: names or ``*``)."""
     return "*" in default_tools or name in default_tools
@@ -340,6 +348,20 @@ class Session:
                 raise
             raise error from None
 
+    async def _fork_from_memory(self, client: RelayClient, chat: Any, fork_at: int | None) -> int | None:
+        """The kernel-side fork of an older broker: ``conversations.fork`` at the turn this kernel remembers for the
+        cell; None (append) when it remembers none or the broker does not have the conversation."""
+        if fork_at is None:
+            return None
+        try:
+            await client.call(Method.CONVERSATIONS_FORK, {"conversation": chat.conversation, "at_turn": fork_at})
+        except RpcError as exc:
+            if exc.code != Code.NOT_FOUND:
+                raise
+            chat.turns.clear()
+            return None
+        return fork_at
+
     async def _run(self, opts: RunOptions) -> str:
         surface = detect_surface(self.shell, self.policy.surface)
         attachments = self._attachments(opts.variables)
@@ -359,8 +381,17 @@ class Session:
                                        "profile": opts.profile, "mode": cast(Any, opts.mode),
                                        "max_tokens": opts.max_tokens, "tools": opts.tools,
                                        "cell_id": opts.cell_id}
-        started = cast(wire.RunStartResult, await client.call(
-            Method.RUN_START, {k: v for k, v in params.items() if v is not None}))
+        payload = {k: v for k, v in params.items() if v is not None}
+        try:
+            started = cast(wire.RunStartResult, await client.call(Method.RUN_START, payload))
+        except RpcError as exc:
+            if "cell_id" not in payload or not _refused_field(exc, "cell_id"):
+                raise
+            # a broker from before cell ids (a daemon still running from an older install): fork from what this
+            # kernel remembers, as that version did, and start without the field
+            fork_at = await self._fork_from_memory(client, chat, fork_at)
+            del payload["cell_id"]
+            started = cast(wire.RunStartResult, await client.call(Method.RUN_START, payload))
         run_id = str((started or {}).get("run_id"))
         turn = self.book.record(chat, fork_at, opts.cell_id)
         queue = self.pump.register(run_id)

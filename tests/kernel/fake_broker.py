@@ -114,6 +114,8 @@ class FakeBroker:
         self.subscribers: list[asyncio.Queue[dict[str, Any] | None]] = []
         self.scripts: list[list[tuple[Any, ...]]] = []
         self.refuse_start: tuple[str, str] | None = None
+        self.takes_cell_id = True
+        """False: run.start refuses ``cell_id`` as an unknown field, as a broker from before cell ids did."""
         self.answers: list[dict[str, Any]] = []
         self.tool_results: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
@@ -191,6 +193,11 @@ class FakeBroker:
         if method == "run.start":
             if self.refuse_start:
                 raise _Refuse(*self.refuse_start)
+            if not self.takes_cell_id and "cell_id" in params:  # the strict params of an older broker
+                old = _Refuse("", "Invalid params", -32602)
+                old.data = {"errors": [{"loc": ["cell_id"], "msg": "Extra inputs are not permitted",
+                                        "type": "extra_forbidden"}]}
+                raise old
             run_id = f"run-{next(self._runs)}"
             steps = self.scripts.pop(0) if self.scripts else [("text", "(no script)")]
             self.run_tasks.append(asyncio.ensure_future(self._play(run_id, steps, params.get("mode") or "ask")))

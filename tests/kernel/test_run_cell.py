@@ -191,6 +191,26 @@ def test_chat_new_and_fork_on_rerun(kernel: Any, broker: FakeBroker) -> None:
     assert start["conversation"].startswith("fk-")
 
 
+def test_an_older_broker_without_cell_ids_still_forks_on_rerun(kernel: Any, broker: FakeBroker) -> None:
+    # a daemon still running from an install before cell ids refuses the field (-32602, extra_forbidden): the
+    # cell still runs, without the field, and the kernel forks from what it remembers, as that version did
+    broker.takes_cell_id = False
+    try:
+        before = len(broker.calls)
+        for cell in ("old-a", "old-b", "old-a"):
+            broker.script([("text", "ok")])
+            reply, msgs = execute(kernel, f"%%agent --chat old\nq {cell}", cell_id=cell)
+            assert reply["status"] == "ok", text_of(msgs)
+        calls = [(m, p) for m, p in broker.calls[before:] if m in ("run.start", "conversations.fork")]
+        assert [m for m, _ in calls] == ["run.start", "run.start", "run.start", "run.start",
+                                         "run.start", "conversations.fork", "run.start"], calls
+        assert [p.get("cell_id") for m, p in calls if m == "run.start"] == ["old-a", None, "old-b", None,
+                                                                            "old-a", None]
+        assert calls[5][1] == {"conversation": "old", "at_turn": 0}
+    finally:
+        broker.takes_cell_id = True
+
+
 def test_hostile_answer_is_escaped(kernel: Any, broker: FakeBroker) -> None:
     hostile = ('<script>alert(1)</script> <img src=x onerror="alert(2)"> [click](javascript:alert(3))\n\n'
                "`<b>code</b>` done")
