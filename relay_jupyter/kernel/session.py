@@ -181,6 +181,8 @@ class Session:
         self.tools = KernelTools(shell)
         self.client: RelayClient | None = None
         self.pump: EventPump | None = None
+        self.broker_lacks_cell_ids = False
+        """The broker refused run.start's ``cell_id`` (older than cell ids): the kernel forks from memory."""
         self._connected_origin = False
         self._anonymous_noted = False
         self.grant_epoch = 0
@@ -223,6 +225,7 @@ class Session:
         """Use ``client`` from now on, with a fresh event pump."""
         self.client = client
         self.pump = EventPump(client)
+        self.broker_lacks_cell_ids = False  # another broker: it may take run.start's cell_id
         return client
 
     def drop_client(self) -> None:
@@ -382,13 +385,17 @@ class Session:
                                        "max_tokens": opts.max_tokens, "tools": opts.tools,
                                        "cell_id": opts.cell_id}
         payload = {k: v for k, v in params.items() if v is not None}
+        if self.broker_lacks_cell_ids and "cell_id" in payload:
+            fork_at = await self._fork_from_memory(client, chat, fork_at)
+            del payload["cell_id"]
         try:
             started = cast(wire.RunStartResult, await client.call(Method.RUN_START, payload))
         except RpcError as exc:
             if "cell_id" not in payload or not _refused_field(exc, "cell_id"):
                 raise
             # a broker from before cell ids (a daemon still running from an older install): fork from what this
-            # kernel remembers, as that version did, and start without the field
+            # kernel remembers, as that version did, and start without the field (from now on: no second try)
+            self.broker_lacks_cell_ids = True
             fork_at = await self._fork_from_memory(client, chat, fork_at)
             del payload["cell_id"]
             started = cast(wire.RunStartResult, await client.call(Method.RUN_START, payload))
