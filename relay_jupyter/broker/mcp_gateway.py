@@ -79,6 +79,9 @@ class GatewaySession:
     """An engine run's session: the kind of the caller that started the run (``kernel``, ``daemon``). The calls
     then have that run's tool context, so the run's own kernel's tools are offered exactly as the relay engine
     offers them (``core/tooling.offers_kernel_tools``). None (outside clients): never kernel tools."""
+    allowed: frozenset[str] | None = None
+    """An engine run's ``--tools`` (``RunParams.tools``): only these of the granted tools are offered and callable,
+    as the relay engine's ``ToolIndex(allowed=)``; None: every granted tool."""
     proposed: ProposedCalls = field(default_factory=ProposedCalls, repr=False)
     """The model's ``tool_use`` ids the engine announced (``broker/gateway_links.py``): a call is journalled
     and audited under its id."""
@@ -118,7 +121,7 @@ class McpGateway:
     async def session(self, origin: str, *, originator: str | None = None, run_id: str | None = None,
                       conversation: str = "", mode: PermissionMode | str = PermissionMode.ASK,
                       label: str = "client", url: str | None = None,
-                      caller_kind: str | None = None) -> GatewaySession:
+                      caller_kind: str | None = None, allowed: Any = None) -> GatewaySession:
         """Mint a token for ``origin``; the session's ``url`` is the loopback listener (started on first use)
         unless ``url`` names another mount of the gateway (``{base_url}relay/mcp`` in the Jupyter server).
         Revoke it with :meth:`end`."""
@@ -129,7 +132,7 @@ class McpGateway:
         token = KeyRing.new_key(_TOKEN_PREFIX)
         session = GatewaySession(url=url, token=token, origin=origin, originator=originator, run_id=run_id,
                                  conversation=conversation, mode=PermissionMode(mode), label=label[:64],
-                                 caller_kind=caller_kind)
+                                 caller_kind=caller_kind, allowed=None if allowed is None else frozenset(allowed))
         self._sessions.add(token, session)
         return session
 
@@ -195,7 +198,7 @@ class McpGateway:
         if grant is None:
             return []
         out: list[dict[str, Any]] = []
-        for spec in ToolIndex(tool_sources(self.broker), self._context(session)).specs():
+        for spec in ToolIndex(tool_sources(self.broker), self._context(session), allowed=session.allowed).specs():
             if not grant.allows_tool(spec.name):
                 continue
             tool: dict[str, Any] = {"name": spec.name, "description": spec.description,
@@ -214,24 +217,24 @@ class McpGateway:
         session.calls += 1
         ctx = self._context(session)
         linked = session.proposed.claim(name, arguments, meta) if session.run_id else None  # the model's id
-        result = await self._execute(ctx, name, arguments, linked)
+        result = await self._execute(ctx, name, arguments, linked, session.allowed)
         refusal = refusal_of(result)
         if refusal is not None:
             return _text_result(f"refused ({refusal.code.value}): {refusal.message}", True)
         return _text_result(result.content, bool(result.is_error))
 
     async def _execute(self, ctx: ToolContext, name: str, arguments: Any,
-                       call_id: str | None = None) -> ToolResult:
+                       call_id: str | None = None, allowed: frozenset[str] | None = None) -> ToolResult:
         call_id = call_id or "mcpgw_" + secrets.token_hex(8)
         runs = self.broker.runs
         if runs is not None:
             runs.check_storage()  # a call the broker could not audit is refused before it starts
-            return await runs.executor.execute_client_call(ctx, ToolIndex(runs.providers, ctx), name, arguments,
-                                                           call_id)
+            return await runs.executor.execute_client_call(ctx, ToolIndex(runs.providers, ctx, allowed=allowed), name,
+                                                           arguments, call_id)
         from .methods.tools import _executor  # a broker with no runtime: the same standalone executor
 
-        return await _executor(self.broker).execute_client_call(ctx, ToolIndex(tool_sources(self.broker), ctx),
-                                                                name, arguments, call_id)
+        return await _executor(self.broker).execute_client_call(
+            ctx, ToolIndex(tool_sources(self.broker), ctx, allowed=allowed), name, arguments, call_id)
 
     async def handle(self, session: GatewaySession, body: bytes) -> tuple[int, bytes | None]:
         """One POST body -> ``(status, JSON answer or None for 202)``."""

@@ -69,15 +69,16 @@ class EngineMcp:
         self.broker = broker
 
     async def session(self, *, origin: str, originator: str, run_id: str, conversation_key: str, mode: Any,
-                      label: str, caller_kind: str | None = None) -> Any:
+                      label: str, caller_kind: str | None = None, allowed: Any = None) -> Any:
         """A gateway session for the run (its loopback listener starts on first use). ``caller_kind``: the kind
-        of the run's caller (its tool context's), so a run a kernel started is offered that kernel's tools."""
+        of the run's caller (its tool context's), so a run a kernel started is offered that kernel's tools;
+        ``allowed``: the run's ``--tools`` (None: every granted tool)."""
         from .conversation_keys import conversation_name
         from .mcp_gateway import mcp_gateway_of
 
         return await mcp_gateway_of(self.broker).session(
             origin, originator=originator, run_id=run_id, conversation=conversation_name(conversation_key, origin),
-            mode=mode, label=label, caller_kind=caller_kind)
+            mode=mode, label=label, caller_kind=caller_kind, allowed=allowed)
 
     @staticmethod
     def expect(session: Any, tool_use_id: Any, tool: str, arguments: Any) -> bool:

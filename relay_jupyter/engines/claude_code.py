@@ -665,7 +665,8 @@ class ClaudeCodeEngine:
             # the run's caller kind: a run a kernel started is offered that kernel's tools (run_code with its card)
             session = await gateway.session(origin=run.ctx.origin, originator=run.ctx.client_id, run_id=run.run_id,
                                             conversation_key=run.ctx.conversation, mode=run.tool_ctx.mode,
-                                            label="claude-code", caller_kind=run.tool_ctx.caller_kind)
+                                            label="claude-code", caller_kind=run.tool_ctx.caller_kind,
+                                            allowed=run.params.tools)  # --tools: as the relay engine offers
         try:
             yield session
         finally:

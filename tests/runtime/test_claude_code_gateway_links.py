@@ -90,3 +90,26 @@ async def test_only_an_engine_run_a_kernel_started_is_offered_that_kernels_tools
     finally:
         await gateway.aclose()
         broker.close()
+
+
+@pytest.mark.asyncio
+async def test_a_runs_tools_selection_narrows_what_the_gateway_offers_and_runs(tmp_path):
+    """``%%agent --engine claude-code --tools list_variables``: the run's gateway session offers and runs only the
+    selected tools, as the relay engine's ``ToolIndex(allowed=)`` does; the others are ``UNKNOWN_TOOL``."""
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "relay"))
+    broker.grants.issue(Grant(origin=ORIGIN, tools=frozenset({"*"}), models=frozenset({"*"}), consent_id="t"))
+    gateway = McpGateway(broker)
+    try:
+        narrow = await gateway.session(ORIGIN, originator=KERNEL.client_id, run_id="run_n", caller_kind="kernel",
+                                       allowed=["list_variables"])
+        assert {t["name"] for t in gateway.tools(narrow)} == {"list_variables"}
+        answer = json.loads((await gateway.handle(narrow, json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+             "params": {"name": "run_code", "arguments": {"code": "1"}}}).encode()))[1])
+        assert answer["result"]["isError"] and "UNKNOWN_TOOL" in answer["result"]["content"][0]["text"]
+        assert not broker.kernel_bridge.waiting
+        wide = await gateway.session(ORIGIN, originator=KERNEL.client_id, run_id="run_w", caller_kind="kernel")
+        assert {"list_variables", "run_code"} <= {t["name"] for t in gateway.tools(wide)}
+    finally:
+        await gateway.aclose()
+        broker.close()
