@@ -25,7 +25,9 @@ Run by the broker, never in a kernel. Per run:
   through ``scratch_push`` and its card). ``Bash``, ``WebFetch``, ``WebSearch`` and anything unknown are
   ``write``; the card shows the exact command, URL or query.
 - **MCP tools**: the CLI's only MCP server is relay's gated MCP gateway with a token for this run; each
-  ``mcp__relay__<tool>`` call is decided there, by the one executor.
+  ``mcp__relay__<tool>`` call is decided there, by the one executor — the run's kernel's tools too (``run_code``
+  with its card, as in the relay engine), narrowed to the run's ``--tools`` — and journalled and audited under
+  the model's ``tool_use`` id, which the ``PreToolUse`` hook announces to the gateway (``broker/gateway_links.py``).
 - **Cancel**: the CLI and every process of its session are SIGKILLed (the run ends ``run.cancelled``, once).
 
 SDK options and why (``_options``): ``permission_mode="default"`` (never ``bypassPermissions``, which skips
