@@ -135,12 +135,16 @@ class HttpServerConfig(_Entry):
     client_secret_entry: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")] | None = None
     """The secrets file's entry holding the client secret (default ``mcp.<name>``)."""
     scope: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[\x21-\x7e]+( [\x21-\x7e]+)*$")] | None = None
-    token_auth: Literal["client_secret_basic", "client_secret_post"] | None = None
-    """How the client authenticates at the token endpoint (default ``client_secret_basic``)."""
+    token_auth: Literal["client_secret_basic", "client_secret_post", "private_key_jwt"] | None = None
+    """How the client authenticates at the token endpoint (default ``client_secret_basic``; ``private_key_jwt``:
+    a JWT signed with the client's private key, RFC 7523, whose PEM is then the secrets file's entry)."""
+    signing_algorithm: Literal["ES256", "ES384", "ES512", "RS256", "RS384", "RS512", "PS256", "EdDSA"] | None = None
+    """With ``private_key_jwt``: the assertion's algorithm (default ``ES256``)."""
 
     @model_validator(mode="after")
     def _client_credentials(self) -> HttpServerConfig:
-        extra = [k for k in ("issuer", "client_secret_entry", "scope", "token_auth") if getattr(self, k) is not None]
+        extra = [k for k in ("issuer", "client_secret_entry", "scope", "token_auth", "signing_algorithm")
+                 if getattr(self, k) is not None]
         if self.client_id is None:
             if extra:
                 raise ValueError(f"{', '.join(extra)}: only with 'client_id' (the client_credentials grant)")
@@ -149,6 +153,8 @@ class HttpServerConfig(_Entry):
             raise ValueError("'client_id' needs 'issuer': the authorization server the client secret may be sent to")
         if any(k.lower() == "authorization" for k in self.headers):
             raise ValueError("'client_id' and an Authorization header: use one way to authenticate")
+        if self.signing_algorithm is not None and self.token_auth != "private_key_jwt":
+            raise ValueError("'signing_algorithm' only goes with \"token_auth\": \"private_key_jwt\"")
         return self
 
     @property

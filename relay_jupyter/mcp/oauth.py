@@ -155,14 +155,36 @@ class MemoryTokenStore:
 
 
 def client_credentials_provider(url: str, store: Any, *, client_id: str, client_secret: str, issuer: str,
-                                scope: str | None = None,
-                                token_auth: str | None = None) -> OAuthClientProvider:
-    """The SDK's ``client_credentials`` provider (RFC 6749 §4.4: a machine client, no person): tokens only from the
+                                scope: str | None = None, token_auth: str | None = None,
+                                signing_algorithm: str | None = None) -> OAuthClientProvider:
+    """The SDK's ``client_credentials`` provider (RFC 6749 §4.4: a machine client, no person; the client authenticates
+    with its secret, or with ``token_auth="private_key_jwt"`` a JWT signed by the PEM key passed as ``client_secret``,
+    RFC 7523): tokens only from the
     authorization server whose metadata's ``issuer`` is exactly ``issuer`` (the SDK stops the flow otherwise, so a
     server cannot send the client secret to an authorization server of its choosing)."""
-    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+    from mcp.client.auth.extensions.client_credentials import (
+        ClientCredentialsOAuthProvider,
+        PrivateKeyJWTOAuthProvider,
+        SignedJWTParameters,
+    )
 
     method = token_auth or "client_secret_basic"
+    if method == "private_key_jwt":  # client_secret is the PEM private key; the SDK signs a short-lived assertion
+        from mcp.client.auth.exceptions import OAuthFlowError
+
+        signer = SignedJWTParameters(issuer=client_id, subject=client_id, signing_key=client_secret,
+                                     signing_algorithm=signing_algorithm or "ES256")
+        sign = signer.create_assertion_provider()
+
+        async def assertion(audience: str) -> str:
+            try:
+                return await sign(audience)
+            except Exception as exc:  # a key that is not a PEM of that algorithm: one line, never the key
+                raise OAuthFlowError(f"the private key in the secrets file cannot sign a "
+                                     f"{signing_algorithm or 'ES256'} assertion ({type(exc).__name__})") from None
+
+        return PrivateKeyJWTOAuthProvider(server_url=url, storage=store, client_id=client_id,
+                                          assertion_provider=assertion, scope=scope, issuer=issuer)
     return ClientCredentialsOAuthProvider(server_url=url, storage=store, client_id=client_id,
                                           client_secret=client_secret, scope=scope, issuer=issuer,
                                           token_endpoint_auth_method=method)  # type: ignore[arg-type]

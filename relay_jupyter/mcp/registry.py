@@ -107,10 +107,11 @@ class _ClientCredentials:
         if not value:
             raise McpToolError(config.name, "auth",
                                f"MCP server {config.name!r} is a machine client (client_id in mcp.json) but the relay "
-                               f"secrets file (c.RelayApp.secrets_file) has no entry {entry!r} with its client secret")
+                               f"secrets file (c.RelayApp.secrets_file) has no entry {entry!r} with its client "
+                               + ("private key (PEM)" if config.token_auth == "private_key_jwt" else "secret"))
         return client_credentials_provider(config.url, self.store, client_id=config.client_id or "",
                                            client_secret=value, issuer=config.issuer or "", scope=config.scope,
-                                           token_auth=config.token_auth)
+                                           token_auth=config.token_auth, signing_algorithm=config.signing_algorithm)
 
     def __repr__(self) -> str:
         return f"_ClientCredentials({self.config.name!r}, <secret hidden>)"

@@ -115,6 +115,15 @@ async def run(url: str, scenario: str) -> int:
         store = MemoryTokenStore()
         connection.http_auth = lambda cfg: client_credentials_provider(
             cfg.url, store, client_id=context["client_id"], client_secret=context["client_secret"], issuer=issuer)
+    elif scenario == "auth/client-credentials-jwt" and context.get("client_id") and context.get("private_key_pem"):
+        # the same machine client authenticating with private_key_jwt (the PEM is its secrets-file entry)
+        from ..mcp.oauth import MemoryTokenStore, client_credentials_provider
+
+        issuer = await _issuer_of(url)
+        store = MemoryTokenStore()
+        connection.http_auth = lambda cfg: client_credentials_provider(
+            cfg.url, store, client_id=context["client_id"], client_secret=context["private_key_pem"], issuer=issuer,
+            token_auth="private_key_jwt", signing_algorithm=context.get("signing_algorithm") or "ES256")
     elif context.get("client_id") and context.get("client_secret"):
         # a client registered beforehand (the user pasted its id and secret): no dynamic registration
         from mcp.shared.auth import OAuthClientInformationFull

