@@ -18,7 +18,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from daemon_harness import Daemon, run_cli, start_daemon
+from daemon_harness import Daemon, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -83,55 +83,51 @@ def _raw(daemon: Daemon, conn: socket.socket, path: str, body: bytes, headers: d
     return int(head_raw.split()[1]), rest[:length]
 
 
-def test_an_unauthenticated_body_is_never_buffered(tmp_path: Path) -> None:
-    (tmp_path / "cfg").mkdir()
-    minted = run_cli(tmp_path, "mcp-token", "--client", "agent")
+def test_an_unauthenticated_body_is_never_buffered(plain_tcp_daemon: Daemon) -> None:
+    daemon = plain_tcp_daemon
+    minted = run_cli(daemon.root, "mcp-token", "--client", "agent")
     assert minted.returncode == 0, minted.stderr
     gateway_token = next(w for line in minted.stdout.splitlines() for w in line.split() if w.startswith("relay-mcp-"))
-    daemon = start_daemon(tmp_path, "--listen", "tcp://127.0.0.1:0")
-    try:
-        token = daemon.token()
-        # warm up every handler once (imports, first allocations) before the baseline
-        for path in ENDPOINTS:
-            with _connect(daemon) as conn:
-                assert _raw(daemon, conn, path, b"{}", {})[0] == 401
-        base = _hwm_kb(daemon)
+    token = daemon.token()
+    # warm up every handler once (imports, first allocations) before the baseline
+    for path in ENDPOINTS:
+        with _connect(daemon) as conn:
+            assert _raw(daemon, conn, path, b"{}", {})[0] == 401
+    base = _hwm_kb(daemon)
 
-        for path in ENDPOINTS:
-            for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"x-api-key": "wrong"}):
-                for chunked in (False, True):
-                    answer = _send_big(daemon, path, headers, chunked=chunked)
-                    assert not answer.startswith(b"HTTP/1.1 2"), (path, answer[:80])
-                    grown = _hwm_kb(daemon) - base
-                    assert grown < SLACK_KB, f"{path} {headers} chunked={chunked}: peak memory +{grown} kB"
-
-        # authenticated but over the endpoint's cap: refused while it arrives, never buffered whole
-        for path, headers in (("/relay/mcp", {"Authorization": f"Bearer {gateway_token}"}),
-                              ("/relay/anthropic/v1/messages", {"x-api-key": token}),
-                              ("/relay/openai/v1/chat/completions", {"Authorization": f"Bearer {token}"})):
+    for path in ENDPOINTS:
+        for headers in ({}, {"Authorization": "Bearer wrong-token"}, {"x-api-key": "wrong"}):
             for chunked in (False, True):
                 answer = _send_big(daemon, path, headers, chunked=chunked)
-                assert answer == b"" or b" 413 " in answer.split(b"\r\n", 1)[0], (path, answer[:120])
-        assert _hwm_kb(daemon) - base < 40 * 1024  # at most one capped (32 MB) model body, never 90 MB
+                assert not answer.startswith(b"HTTP/1.1 2"), (path, answer[:80])
+                grown = _hwm_kb(daemon) - base
+                assert grown < SLACK_KB, f"{path} {headers} chunked={chunked}: peak memory +{grown} kB"
 
-        # a small unauthenticated body: the one identical 401 each time, and the connection stays usable
-        for path in ENDPOINTS:
-            with _connect(daemon) as conn:
-                first = _raw(daemon, conn, path, b'{"x": 1}', {"Authorization": "Bearer nope"})
-                second = _raw(daemon, conn, path, b'{"x": 1}', {})
-                assert first[0] == second[0] == 401 and first[1] == second[1], (path, first, second)
+    # authenticated but over the endpoint's cap: refused while it arrives, never buffered whole
+    for path, headers in (("/relay/mcp", {"Authorization": f"Bearer {gateway_token}"}),
+                          ("/relay/anthropic/v1/messages", {"x-api-key": token}),
+                          ("/relay/openai/v1/chat/completions", {"Authorization": f"Bearer {token}"})):
+        for chunked in (False, True):
+            answer = _send_big(daemon, path, headers, chunked=chunked)
+            assert answer == b"" or b" 413 " in answer.split(b"\r\n", 1)[0], (path, answer[:120])
+    assert _hwm_kb(daemon) - base < 40 * 1024  # at most one capped (32 MB) model body, never 90 MB
 
-        # and the daemon still serves its own clients: the gateway, the RPC, with bodies
+    # a small unauthenticated body: the one identical 401 each time, and the connection stays usable
+    for path in ENDPOINTS:
         with _connect(daemon) as conn:
-            status, body = _raw(daemon, conn, "/relay/mcp", json.dumps(
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"}}}).encode(),
-                {"Authorization": f"Bearer {gateway_token}", "Accept": "application/json, text/event-stream"})
-            assert status == 200 and json.loads(body)["result"]["serverInfo"], body
-            status, body = _raw(daemon, conn, "/relay/rpc", json.dumps(
-                {"jsonrpc": "2.0", "id": 2, "method": "grants.list", "params": {}}).encode(),
-                {"Authorization": f"Bearer {token}", "X-Relay-Client": "agent"})
-            assert status == 200 and "result" in json.loads(body), body
-    finally:
-        daemon.stop()
+            first = _raw(daemon, conn, path, b'{"x": 1}', {"Authorization": "Bearer nope"})
+            second = _raw(daemon, conn, path, b'{"x": 1}', {})
+            assert first[0] == second[0] == 401 and first[1] == second[1], (path, first, second)
+
+    # and the daemon still serves its own clients: the gateway, the RPC, with bodies
+    with _connect(daemon) as conn:
+        status, body = _raw(daemon, conn, "/relay/mcp", json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}}).encode(),
+            {"Authorization": f"Bearer {gateway_token}", "Accept": "application/json, text/event-stream"})
+        assert status == 200 and json.loads(body)["result"]["serverInfo"], body
+        status, body = _raw(daemon, conn, "/relay/rpc", json.dumps(
+            {"jsonrpc": "2.0", "id": 2, "method": "grants.list", "params": {}}).encode(),
+            {"Authorization": f"Bearer {token}", "X-Relay-Client": "agent"})
+        assert status == 200 and "result" in json.loads(body), body
