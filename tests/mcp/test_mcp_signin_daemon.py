@@ -88,6 +88,8 @@ def test_the_daemon_signs_in_through_the_terminal_command(tmp_path: Path) -> Non
             assert not [t for t in listed if t["name"].startswith("remote__")]
             refused = daemon.rpc("mcp.sign_in", {"server": "remote"})["error"]
             assert "jupyter relay mcp-signin remote" in refused["message"] and "\n" not in refused["message"]
+            # no side-panel sign-in list here: the daemon signs in at a terminal
+            assert daemon.rpc("mcp.sign_ins", {})["result"] == {"servers": []}
             assert oauth.provider.authorized == 0
 
             cli = subprocess.Popen(relay_cmd("mcp-signin", "remote", "--timeout", "60"), env=env_for(tmp_path),
