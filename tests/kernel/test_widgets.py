@@ -203,3 +203,26 @@ async def test_connect_card_labels_are_whole_and_it_asks_for_a_step_cap() -> Non
     assert grant is not None and grant["budget"] == {"tokens_per_day": 1000, "cost_per_day_usd": 5.0,
                                                      "requests_per_minute": 30.0, "max_steps_per_run": 3}
     assert card.steps.disabled and card.connect.disabled
+
+
+@pytest.mark.asyncio
+async def test_the_links_of_the_sign_in_and_url_cards_open_a_new_tab() -> None:
+    # in the same tab the page replaced JupyterLab (found by tests/kernel/test_elicitation_url_browser.py)
+    pytest.importorskip("ipywidgets")
+    from unittest.mock import patch
+
+    from relay_jupyter.kernel.widgets.elicitation_card import ElicitationCard
+    from relay_jupyter.kernel.widgets.signin_card import SignInCard
+
+    page = "https://auth.example.com/authorize?state=s1"
+    with patch("relay_jupyter.kernel.widgets.signin_card.show"), \
+            patch("relay_jupyter.kernel.widgets.elicitation_card.show"):
+        signin = SignInCard("remote", page)
+        signin.show()
+        url_card = ElicitationCard({"request_id": "el_1", "server": "shop", "tool": "shop__ask", "mode": "url",
+                                    "url": page, "url_host": "auth.example.com", "message": "Pay", "fields": []})
+        url_card.show()
+    for markup in (signin.widget.value, url_card.widget.children[0].value):
+        (anchor,) = [tag for tag in markup.split("<a ")[1:]]
+        anchor = anchor.split(">", 1)[0]
+        assert 'target="_blank"' in anchor and 'rel="noopener noreferrer"' in anchor, anchor

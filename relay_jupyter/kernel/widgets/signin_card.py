@@ -35,7 +35,8 @@ class SignInCard:
 
     def _fragment(self, status_html: str) -> str:
         host = urlsplit(self.url).hostname if self.url else None
-        link = (f'<p><a href="{esc(self.url)}">Sign in to {esc(self.server)}</a> '
+        # a new tab: in the same tab the sign-in page (and relay's callback after it) replaced JupyterLab
+        link = (f'<p><a href="{esc(self.url)}" target="_blank">Sign in to {esc(self.server)}</a> '
                 f"(the page of <b>{esc(host or '?')}</b>; it opens the server's own sign-in, not relay's)</p>"
                 if self.url else "")
         return (f"<div class='relay-card'><b>🔑 The MCP server <code>{esc(self.server)}</code> needs you to "
