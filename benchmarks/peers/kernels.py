@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import subprocess
 import time
@@ -55,7 +56,16 @@ class CellRun:
 
     def output_bytes(self) -> int:
         """Bytes of the output messages' content and metadata, as JSON (what a frontend receives,
-        less the fixed envelope)."""
+        less the fixed envelope). With ``RELAY_BENCH_DUMP=<file>`` each message's type, bytes and
+        content are appended to that file as JSON lines (to see where the bytes go)."""
+        dump = os.environ.get("RELAY_BENCH_DUMP")
+        if dump:
+            with open(dump, "a", encoding="utf-8") as fh:
+                for t, m in self.outputs():
+                    fh.write(json.dumps({"t": round(t - self.sent, 3), "type": m["header"]["msg_type"],
+                                         "bytes": len(json.dumps(m["content"], ensure_ascii=False).encode())
+                                         + len(json.dumps(m.get("metadata") or {}).encode()),
+                                         "content": m["content"]}, ensure_ascii=False) + "\n")
         return sum(len(json.dumps(m["content"], ensure_ascii=False).encode())
                    + len(json.dumps(m.get("metadata") or {}).encode()) for _, m in self.outputs())
 

@@ -72,9 +72,20 @@ MAX_TAIL = 600
 """Characters after which a growing paragraph is cut into a block (bounds every refresh update)."""
 
 
+#: ``markdown_html(INDICATOR)``, written out (``tests/kernel/test_render.py`` checks they agree): the
+#: working indicator is a run's first output, and the renderer's first use builds markdown-it and nh3
+#: (0.1-0.3 s on a busy machine). Measured (issue 18, timestamps in fresh kernels): when a cell followed
+#: ``%load_ext`` at once, before the pre-warm thread had built them, the indicator held the kernel's
+#: loop 85-190 ms after ``run.start`` returned, and the run's events waited behind it. Now the first
+#: text (plain text) never waits for the renderer; the first finished paragraph is its first use.
+INDICATOR_HTML = "<p><em>working…</em></p>\n"
+
+
 def _own(markdown: str) -> Output:
     """The kernel's own short Markdown (indicator, footer; a run id in it comes from the broker),
     rendered by the same function as model text."""
+    if markdown == INDICATOR:
+        return {"text/html": INDICATOR_HTML, "text/plain": markdown}
     return {"text/html": markdown_html(markdown), "text/plain": markdown} if markdown else {}
 
 

@@ -195,3 +195,14 @@ def test_the_first_text_replaces_the_indicator_at_once_even_within_the_interval(
     now[0] += 0.01
     view.text("there ")  # the next partial update is rate-limited again
     assert len(sink.ops) == shown
+
+
+def test_the_written_out_indicator_is_the_rendered_one() -> None:
+    """The working indicator's HTML is written out (so a run's first output never builds the renderer);
+    it must stay what the renderer makes of it."""
+    from relay_jupyter.kernel.render import INDICATOR, INDICATOR_HTML, _own
+    from relay_jupyter.kernel.rendering import markdown_html
+
+    assert INDICATOR_HTML == markdown_html(INDICATOR)
+    assert _own(INDICATOR) == {"text/html": markdown_html(INDICATOR), "text/plain": INDICATOR}
+    assert _own("*calling a tool…*")["text/html"] == markdown_html("*calling a tool…*")
