@@ -136,7 +136,17 @@ def _only(config: McpConfig, server: str) -> McpConfig:
 
 
 def _registry(config: McpConfig, store: Store | None, timeout: float) -> McpRegistry:
-    return McpRegistry(config, store, connect_timeout=timeout, call_timeout=timeout)
+    registry = McpRegistry(config, store, connect_timeout=timeout, call_timeout=timeout)
+    # machine-client servers (mcp.json client_id): their secret from the relay secrets file, as in the broker
+    from ..backends.keys import KeySource
+    from ..server.jupyter_config import broker_settings_from_files
+
+    try:
+        secrets_file = broker_settings_from_files().get("secrets_file")
+    except ConfigRefusal:  # a broken Jupyter config: such a server then says its secret is missing
+        secrets_file = None
+    registry.enable_client_credentials(lambda entry: KeySource({}, secrets_file, env={}).get(entry))
+    return registry
 
 
 def _cmd_pin(args: argparse.Namespace) -> int:

@@ -198,3 +198,23 @@ async def test_a_machine_client_signs_its_token_request_with_its_private_key(
         finally:
             await registry.stop()
             broker.close()
+
+
+def test_tools_list_connects_a_machine_client_with_the_secrets_file_of_the_jupyter_config(
+        cc_server: ClientCredentialsMcpServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from relay_jupyter.cli import main
+
+    config = tmp_path / "config"
+    config.mkdir()
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(config))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    secrets_file = _write(tmp_path / "secrets.json", {"mcp.m2m": SECRET})
+    (config / "jupyter_server_config.json").write_text(json.dumps({"RelayApp": {"secrets_file": str(secrets_file)}}))
+    (config / "mcp.json").write_text(json.dumps({"mcpServers": {"m2m": _entry(cc_server)}}))
+    assert main(["tools", "list", "--json"]) == 0
+    out = capsys.readouterr().out
+    listed = json.loads(out)
+    [server] = listed["servers"]
+    assert (server["name"], server["state"], server["tools"]) == ("m2m", "connected", 1), server
+    assert SECRET not in out and not any(t in out for t in cc_server.auth.access)
