@@ -255,13 +255,10 @@ def _team_budgets(config: BrokerConfig, store: Store) -> dict[str, object]:
         return {}
     from ..core.teams import Teams, default_user, teams_for_origin
 
-    teams: Any = Teams.from_config(config.teams)
-    if not config.in_memory:  # limits set from the terminal (jupyter relay budget set --team) override the config's
-        from ..storage.paths import data_dir
-        from ..storage.team_limits import TEAM_LIMITS_FILE, TeamLimitsFile
+    from ..storage.team_limits import team_limits_source
 
-        root = Path(config.data_dir) if config.data_dir else data_dir()
-        teams = TeamLimitsFile(teams, root / TEAM_LIMITS_FILE).teams
+    # limits set from the terminal (jupyter relay budget set --team) live in the store, over the config's
+    teams = team_limits_source(Teams.from_config(config.teams), store, config)
     return {"teams_for": teams_for_origin(teams, config.user or default_user()),
             "transaction": store.transaction}
 

@@ -1,8 +1,8 @@
 """``jupyter relay budget set --team NAME``: change a team's day and month limits without editing the configuration
-(docs/multi-user.md "Team budgets"). The limits go to ``<data dir>/team_budgets.json`` (0600, atomic) of the broker
-the settings name, which re-reads it from its next request on; the team must be one of ``c.RelayApp.teams`` (its
-members stay the configured ones, or the hub group's). On a hub, run it as the service's user with the service's
-``--config``."""
+(docs/multi-user.md "Team budgets"). The limits go to the ``team_limits`` table of the store the settings name
+(storage/team_limits.py): the SQLite file of the data dir, or the PostgreSQL database every user's broker shares, whose
+brokers read it at each request; the team must be one of ``c.RelayApp.teams`` (its members stay the configured ones,
+or the hub group's). On a hub, run it as the service's user with the service's ``--config``."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     for _field, flag, _kind in _AXES:
         st.add_argument(f"--{flag}", dest=_field, metavar="N|none", help=f"{flag.replace('-', ' ')} ('none': no limit)")
     st.add_argument("--config", metavar="JSON", help="broker settings (as for jupyter relay serve --config)")
-    st.add_argument("--data-dir", metavar="DIR", help="the broker's data dir (where team_budgets.json lives)")
+    st.add_argument("--data-dir", metavar="DIR", help="the broker's data dir (its relay.db holds the limits)")
     st.add_argument("--json", action="store_true", help="print the team's limits as JSON")
     st.set_defaults(func=_cmd_set)
 
@@ -48,8 +48,7 @@ def _value(flag: str, raw: str, kind: type) -> int | float | None:
 
 
 def _cmd_set(args: argparse.Namespace) -> int:
-    from ..storage.paths import data_dir, ensure_private_dir
-    from ..storage.team_limits import TEAM_LIMITS_FILE, read_team_limits, write_team_limits
+    from ..storage.paths import ensure_private_dir
     from .serve import broker_config
 
     config = broker_config(argparse.Namespace(config=args.config, data_dir=args.data_dir))
@@ -64,20 +63,22 @@ def _cmd_set(args: argparse.Namespace) -> int:
     if not changes:
         raise ConfigRefusal(Code.CONFIG_INVALID, "give at least one of --tokens-per-day, --cost-per-day, "
                                                  "--tokens-per-month, --cost-per-month")
-    root = ensure_private_dir(Path(config.data_dir)) if config.data_dir else data_dir()
-    path = root / TEAM_LIMITS_FILE
+    from .teams import _open_store, _teams_in_force
+
+    if config.data_dir:
+        ensure_private_dir(Path(config.data_dir))
+    store = _open_store(config)
     try:
-        limits = read_team_limits(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigRefusal(Code.CONFIG_INVALID, f"cannot read {path}: {exc}") from None
-    current = teams.with_limits(limits).get(args.team)
-    assert current is not None
-    budget = TeamBudget(**{**current.budget.model_dump(), **changes})
-    limits[args.team] = budget.model_dump()
-    write_team_limits(path, limits)
+        current = _teams_in_force(config, store).get(args.team)
+        assert current is not None
+        budget = TeamBudget(**{**current.budget.model_dump(), **changes})
+        store.put_team_limits(args.team, budget.model_dump())
+        where = store.path
+    finally:
+        store.close()
     if args.json:
         print(json.dumps({"team": args.team, **budget.model_dump()}, indent=2))
     else:
         shown = ", ".join(f"{k} {'no limit' if v is None else v}" for k, v in budget.model_dump().items())
-        print(f"team {args.team}: {shown} (in {path}; a running broker applies it from its next request)")
+        print(f"team {args.team}: {shown} (in the store {where}; every broker on it applies it from its next request)")
     return 0

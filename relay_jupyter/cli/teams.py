@@ -222,13 +222,12 @@ def _cmd_spend(args: argparse.Namespace) -> int:
     return 0
 
 
-def _teams_in_force(config: Any) -> Teams:
-    """The configured teams with the limits ``jupyter relay budget set --team`` wrote over them."""
-    from ..storage.paths import data_dir
-    from ..storage.team_limits import TEAM_LIMITS_FILE, TeamLimitsFile
+def _teams_in_force(config: Any, store: Any) -> Teams:
+    """The configured teams with the limits ``jupyter relay budget set --team`` stored over them (as the
+    broker on ``store`` reads them: storage/team_limits.py)."""
+    from ..storage.team_limits import team_limits_source
 
-    root = Path(config.data_dir) if config.data_dir else data_dir()
-    return TeamLimitsFile(Teams.from_config(config.teams), root / TEAM_LIMITS_FILE).teams()
+    return team_limits_source(Teams.from_config(config.teams), store, config)()
 
 
 def _limit(used: float, held: float, limit: float | None, unit: str) -> str:
@@ -240,12 +239,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from .serve import broker_config
 
     config = broker_config(argparse.Namespace(config=args.config, data_dir=args.data_dir))
-    teams = _teams_in_force(config)
-    if not teams:
+    if not Teams.from_config(config.teams):
         raise ConfigRefusal(Code.CONFIG_INVALID, "no teams are configured (c.RelayApp.teams); see docs/multi-user.md")
     store = _open_store(config)
     try:
-        rows = team_rows(store, teams)
+        rows = team_rows(store, _teams_in_force(config, store))
     finally:
         store.close()
     from .audit import hub_group_members_of

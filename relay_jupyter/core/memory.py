@@ -22,7 +22,7 @@ import operator
 import secrets
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -48,7 +48,9 @@ __all__ = [
     "check_event_items",
     "check_finish",
     "check_run_start",
+    "check_team_limits",
     "check_text",
+    "LEGACY_HOLD_SKEW",
     "held_by_dead",
     "hold_owner",
     "new_hold_id",
@@ -112,9 +114,34 @@ def hold_owner(hold_id: str) -> str | None:
     return owner if sep and owner else None
 
 
-def held_by_dead(hold_id: str, live: Collection[str]) -> bool:
-    """Whether ``hold_id`` carries an owner (an ``@``) that is not in ``live``: charge it now."""
-    return "@" in hold_id and hold_owner(hold_id) not in live
+LEGACY_HOLD_SKEW = 60.0
+"""Seconds of clock difference between brokers allowed when judging a hold without an owner: a live
+lease started up to this long after such a hold was taken may still be the broker that took it."""
+
+
+def held_by_dead(hold_id: str, live: Mapping[str, float], created_at: float) -> bool:
+    """Whether the live hold ``hold_id`` (taken at ``created_at``) is to be charged in full now.
+    ``live``: the live brokers' owner keys, each with the time its lease started.
+
+    A hold that carries an owner (``@owner``) is charged when that owner is not in ``live``. One
+    without (taken before hold ids carried owners, by an older relay-jupyter) is charged when no live
+    broker could have taken it: every live lease started after it (more than :data:`LEGACY_HOLD_SKEW`
+    later) — its broker is gone, so it no longer waits for its expiry (15 minutes or more)."""
+    owner = hold_owner(hold_id)
+    if owner is not None:
+        return owner not in live
+    return not any(float(started) <= float(created_at) + LEGACY_HOLD_SKEW for started in live.values())
+
+
+def check_team_limits(team: str, limits: Mapping[str, Any]) -> dict[str, Any]:
+    """``limits`` as the stores keep a team's (``TeamBudget.model_dump()``), checked: a valid team name
+    and only the four limits, each None or a finite number >= 0 (ValueError/TypeError otherwise)."""
+    from .teams import Team, TeamBudget
+
+    if not isinstance(team, str) or not isinstance(limits, Mapping):
+        raise TypeError("team limits are a team name and a dict of its limits")
+    Team(name=team)  # ValidationError (a ValueError) for a name no team can have
+    return TeamBudget.model_validate(dict(limits)).model_dump()
 
 
 def settle_charge(tokens: int, cost_usd: float, held_tokens: int, held_cost: float, charged: bool
@@ -241,7 +268,7 @@ class MemoryStore:
         self._max_events = max_events
         self._grants: dict[str, Grant] = {}
         self._ledger: dict[tuple[str, str], tuple[int, float]] = {}
-        self._holds: dict[str, tuple[str, str, int, float, float, bool]] = {}
+        self._holds: dict[str, tuple[str, str, int, float, float, bool, float]] = {}
         """hold id -> (origin, day, tokens, cost_usd, expires_at, charged)"""
         self._events: list[tuple[Event, bytes]] = []
         self._seq = 0
@@ -256,6 +283,7 @@ class MemoryStore:
         """(origin, server, tool) -> row: three separate values, never a joined name."""
         self._pins: dict[tuple[str, str], dict[str, Any]] = {}
         self._leases: dict[str, dict[str, Any]] = {}
+        self._team_limits: dict[str, dict[str, Any]] = {}
         self._checkpoints = MemoryCheckpoints(self)
         self._telemetry: list[TelemetryRow] = []
         self._telemetry_seq = 0
@@ -381,7 +409,8 @@ class MemoryStore:
             held_t, held_c = self.held(origin, day)
             check(used_t, used_c, held_t, held_c)
             hold_id = new_hold_id(self.owner_id)
-            self._put(self._holds, hold_id, (origin, day, int(tokens), float(cost_usd), float(expires_at), False))
+            self._put(self._holds, hold_id, (origin, day, int(tokens), float(cost_usd), float(expires_at), False,
+                                            float(now)))
             return hold_id
 
     def finish_hold(self, hold_id: str, tokens: int | None, cost_usd: float | None) -> bool:
@@ -409,7 +438,8 @@ class MemoryStore:
         for origin, day, tokens, cost in charge_totals(self._holds[k][:4] for k in hold_ids):
             self.add_usage(origin, day, tokens, cost)
         for k in hold_ids:
-            self._put(self._holds, k, (*self._holds[k][:5], True))
+            h = self._holds[k]
+            self._put(self._holds, k, (*h[:5], True, h[6]))
         return len(hold_ids)
 
     def sweep_holds(self, now: float) -> int:
@@ -418,8 +448,8 @@ class MemoryStore:
 
     def charge_dead_holds(self) -> int:
         with self.transaction():
-            live = self.live_owners()
-            return self._charge([k for k, h in self._holds.items() if not h[5] and held_by_dead(k, live)])
+            live = self.live_lease_starts()
+            return self._charge([k for k, h in self._holds.items() if not h[5] and held_by_dead(k, live, h[6])])
 
     # -- events ---------------------------------------------------------------------------------------
 
@@ -776,6 +806,20 @@ class MemoryStore:
             self._log(lambda: setattr(self, "_telemetry", old))
             return len(old) - len(self._telemetry)
 
+    # -- team limits ------------------------------------------------------------------------------------
+
+    def team_limits(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {k: dict(v) for k, v in sorted(self._team_limits.items())}
+
+    def put_team_limits(self, team: str, limits: Mapping[str, Any], *, replace: bool = True) -> bool:
+        body = check_team_limits(team, limits)
+        with self.transaction():
+            if not replace and team in self._team_limits:
+                return False
+            self._put(self._team_limits, team, body)
+            return True
+
     # -- leases (process-local: a lease is alive while renewed within its ttl) --------------------------
 
     def acquire_lease(self, ttl: float = 30.0) -> str:
@@ -810,11 +854,15 @@ class MemoryStore:
             return sorted((dict(r) for r in self._leases.values()), key=lambda r: r["started_at"], reverse=True)
 
     def live_owners(self) -> set[str]:
+        return set(self.live_lease_starts())
+
+    def live_lease_starts(self) -> dict[str, float]:
+        """The live owners, each with the time its lease started (this store's own lease is alive)."""
         now = self.now()
-        alive = {r["owner_id"] for r in self.leases() if r["owner_id"] == self.owner_id
+        alive = {r["owner_id"]: float(r["started_at"]) for r in self.leases() if r["owner_id"] == self.owner_id
                  or float(r["renewed_at"]) + float(r["ttl"]) >= now}
         if self.owner_id is not None:
-            alive.add(self.owner_id)
+            alive.setdefault(self.owner_id, now)
         return alive
 
     def forget_dead_leases(self, live: set[str] | None = None) -> int:

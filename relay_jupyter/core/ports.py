@@ -51,6 +51,7 @@ __all__ = [
     "PinStore",
     "RunJournal",
     "Store",
+    "TeamLimitStore",
     "TelemetryStore",
     "TrustStore",
 ]
@@ -374,9 +375,22 @@ class LeaseStore(Protocol):
         """Delete the lease rows of dead owners. Returns how many."""
 
 
+class TeamLimitStore(Protocol):
+    """Teams' limits set from the terminal (``jupyter relay budget set --team``, storage/team_limits.py):
+    one row per team, read by every broker on the store (PostgreSQL: every user's)."""
+
+    def team_limits(self) -> dict[str, dict[str, Any]]:
+        """``{team: {tokens_per_day, cost_per_day_usd, tokens_per_month, cost_per_month_usd}}`` of every
+        team whose limits were set (None: no limit on that axis)."""
+    def put_team_limits(self, team: str, limits: Any, *, replace: bool = True) -> bool:
+        """Store ``team``'s limits (checked as a ``core.teams.TeamBudget`` of a valid team name:
+        ValueError/TypeError, nothing written). ``replace=False``: only when the team has none yet.
+        True when written."""
+
+
 @runtime_checkable
 class Store(GrantStore, Ledger, EventStore, RunJournal, ConversationStore, TrustStore, PinStore, LeaseStore,
-            TelemetryStore, Protocol):
+            TelemetryStore, TeamLimitStore, Protocol):
     """Everything the broker persists, in one object (module docstring for the common rules)."""
 
     storage_problem: Refusal | None

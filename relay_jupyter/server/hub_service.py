@@ -307,10 +307,10 @@ class _HubService:
                 raise
             if config.teams:  # a hub group is the team of the same name; limits set from the terminal hold
                 from ..core.teams import Teams, teams_for_origin
-                from ..storage.team_limits import TEAM_LIMITS_FILE, TeamLimitsFile
+                from ..storage.team_limits import team_limits_source
 
-                limits = TeamLimitsFile(Teams.from_config(config.teams), root / TEAM_LIMITS_FILE)
-                broker.ledger.use_teams(teams_for_origin(limits.teams, None, gate.groups_of), broker.store.transaction)
+                limits = team_limits_source(Teams.from_config(config.teams), broker.store, config)
+                broker.ledger.use_teams(teams_for_origin(limits, None, gate.groups_of), broker.store.transaction)
                 groups_poll = PeriodicCallback(lambda: asyncio.ensure_future(self.refresh_groups(gate, root)),
                                                _GROUPS_EVERY_MS)
                 await self.refresh_groups(gate, root)

@@ -131,6 +131,9 @@ class SqlStore:
     def live_owners(self) -> set[str]:
         raise NotImplementedError
 
+    def live_lease_starts(self) -> dict[str, float]:
+        raise NotImplementedError
+
     def append_events_framed(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
                              ) -> tuple[list[Any], list[bytes]]:
         raise NotImplementedError

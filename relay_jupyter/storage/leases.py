@@ -169,10 +169,15 @@ class LeasesMixin(SqlStore):
 
     def live_owners(self) -> set[str]:
         """Owner ids that are alive now (this store's own lease always is)."""
+        return set(self.live_lease_starts())
+
+    def live_lease_starts(self) -> dict[str, float]:
+        """The live owner ids, each with the time its lease started (``charge_dead_holds`` judges a
+        hold without an owner by it); this store's own lease is alive (now, if its row is missing)."""
         now = self.now()
-        alive = {r["owner_id"] for r in self.leases() if owner_alive(r, now, me=self.owner_id)}
+        alive = {r["owner_id"]: float(r["started_at"]) for r in self.leases() if owner_alive(r, now, me=self.owner_id)}
         if self.owner_id is not None:
-            alive.add(self.owner_id)
+            alive.setdefault(self.owner_id, now)
         return alive
 
     def forget_dead_leases(self, live: Iterable[str] | None = None) -> int:

@@ -30,6 +30,8 @@ Version history:
    in each user's own schema.
 4. saved trust and MCP pins keyed by ``(origin, server, tool)`` / ``(server, tool)`` as separate
    columns (issue 11 item 8; SQLite's version 7): old rows split at the first ``__`` of their name.
+5. ``team_limits`` (SQLite's version 8): teams' limits set by ``jupyter relay budget set --team``; in
+   ``relay_shared`` when namespaced, so every user's broker reads the same limits.
 """
 
 from __future__ import annotations
@@ -244,12 +246,21 @@ ALTER TABLE pins DROP CONSTRAINT pins_pkey;
 ALTER TABLE pins ADD PRIMARY KEY (server, tool);
 """
 
+V5_SQL = """
+CREATE TABLE team_limits (
+    team        TEXT PRIMARY KEY,
+    body        TEXT NOT NULL,          -- TeamBudget.model_dump() as JSON
+    updated_at  DOUBLE PRECISION NOT NULL
+);
+"""
+
 #: Ordered migration steps. Append only; the last version is :data:`PG_SCHEMA_VERSION`.
 PG_MIGRATIONS: list[tuple[int, str]] = [
     (1, V1_SQL),
     (2, V2_SQL),
     (3, V3_SQL),
     (4, V4_SQL),
+    (5, V5_SQL),
 ]
 
 PG_SCHEMA_VERSION: int = PG_MIGRATIONS[-1][0]

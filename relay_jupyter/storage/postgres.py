@@ -26,11 +26,11 @@ with PostgreSQL's concurrency instead of SQLite's one writer:
 - event ids come from a one-row counter updated inside the append's transaction: appends are
   ordered by its row lock, so ids are committed in order and replay by id never skips one.
 
-The psycopg API used is the synchronous one with a small ``psycopg_pool.ConnectionPool``: the
-``Store`` protocol is synchronous, and every statement here is short (an indexed read or write on
-a local network), as SQLite's are. A call made on the broker's event loop blocks it for its
-duration, up to ``statement_timeout`` when a row lock is held elsewhere (measured, and what is
-left to fix: docs/storage.md, "Sync psycopg on the event loop").
+The psycopg API used is the synchronous one with a ``psycopg_pool.ConnectionPool`` (thread-safe):
+the ``Store`` protocol is synchronous, and the broker runs its store calls on worker threads
+(runtime/offload.py), each thread on a pooled connection of its own while it uses one; a thread's
+transaction is bound to it (``threading.local``), so calls of other threads never join it. Why sync
+in threads rather than async psycopg: docs/storage.md, "Sync psycopg in worker threads, not async".
 
 The statements both stores run are written once (storage/dialect.py and the mixins this class
 inherits); what is here is PostgreSQL's own: ``hold``, the team schema, messages by ``COPY``,
@@ -52,7 +52,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from ..core.memory import append_start, check_event_items, new_hold_id
+from ..core.memory import append_start, check_event_items, hold_owner, new_hold_id
 from ..core.teams import TEAM_PREFIX
 from ..core.types import AuditRecord, Event
 from ..protocol.names import EventType
@@ -64,6 +64,7 @@ from .dialect import POSTGRES, SqlStore, where
 from .journal import JournalMixin
 from .leases import DEFAULT_LEASE_TTL, LEASE_COLUMNS, LeasesMixin, owner_alive
 from .records import ConversationsMixin, GrantsMixin, TrustMixin, charge_dead, sweep_expired
+from .team_limits import TeamLimitsMixin
 from .telemetry import TelemetryMixin
 from .pg_schema import MIGRATION_LOCK, migrate
 
@@ -73,7 +74,12 @@ __all__ = ["SHARED_SCHEMA", "PgAuditMirror", "PgCheckpointJournal", "PostgresSto
 log = logging.getLogger("relay_jupyter.storage")
 
 POOL_MIN = 1
-POOL_MAX = 8
+POOL_MAX = 20
+"""More connections than the broker's store threads (runtime/offload.STORE_THREADS, 16): the calls left
+on the event loop (event appends) and the maintenance step find a connection while every store thread
+holds one (each holds at most one: a thread's nested calls join its transaction). The pool opens
+connections only when needed and closes idle ones (``max_idle``, 10 min): the database's
+``max_connections`` must cover the brokers' peaks (docs/storage.md)."""
 POOL_TIMEOUT = 3.0
 """Seconds to wait for a pooled connection before the store reports STORAGE_ERROR: short, since the
 broker calls the store from its event loop too (a database that is down stalls a call this long
@@ -312,7 +318,7 @@ class PgDatabase(SqlStore):
 
 
 class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin, TelemetryMixin,
-                    PgDatabase):
+                    TeamLimitsMixin, PgDatabase):
     """The PostgreSQL store. Create with :meth:`open`; close with :meth:`close`.
 
     With a ``namespace`` (a user name: per-user brokers sharing one database), everything of this
@@ -406,8 +412,8 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
     def checkpoints(self) -> PgCheckpointJournal:
         """The checkpoint journal in this database; new checkpoints carry this store's lease."""
         journal = self.__dict__.get("_checkpoints")
-        if journal is None:
-            journal = self.__dict__["_checkpoints"] = PgCheckpointJournal(self)
+        if journal is None:  # two store threads at once make one journal (setdefault is atomic)
+            journal = self.__dict__.setdefault("_checkpoints", PgCheckpointJournal(self))
         return journal
 
     # -- ledger and holds ------------------------------------------------------------------------
@@ -455,30 +461,33 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
         """The holds of this schema's dead brokers, then (namespaced) the team holds in the shared
         schema of **any** user's dead broker, as SQLite's brokers sharing one file do: a team hold's id
         carries ``@<owner>@relay_u_<user>`` and that owner is judged by the lease in its user's schema
-        (issue 12: a SIGKILLed broker's team holds no longer wait for their expiry)."""
-        n = charge_dead(self, "", self.live_owners)
+        (issue 12: a SIGKILLed broker's team holds no longer wait for their expiry). A team hold without
+        an owner (an older relay-jupyter's ``t<random>``) is charged when no live lease in any user's
+        schema started before it was taken."""
+        n = charge_dead(self, "", self.live_lease_starts)
         if self._shared:
-            n += charge_dead(self, self._shared, self._team_live_owners)
+            n += charge_dead(self, self._shared, self._team_live_leases)
         return n
 
-    def _team_live_owners(self) -> set[str]:
-        """``<owner>@<schema>`` of the live brokers among those the live team holds name (their leases
-        read from their users' schemas; a schema no namespace opened has no live broker)."""
-        rows = self.query(f"SELECT hold_id FROM {self._shared}budget_holds WHERE NOT charged "
-                          "AND strpos(hold_id, '@') > 0")
-        named = {h.rpartition("@")[2] for (h,) in rows if h.count("@") == 2}
+    def _team_live_leases(self) -> dict[str, float]:
+        """``<owner>@<schema>`` of the live brokers among those the live team holds name, each with the
+        time its lease started (their leases read from their users' schemas; a schema no namespace
+        opened has no live broker); of every user's schema when a hold names no owner."""
+        holds = [h for (h,) in self.query(f"SELECT hold_id FROM {self._shared}budget_holds WHERE NOT charged")]
         known = {r[0] for r in self.query(f"SELECT schema_name FROM {self._shared}namespaces")}
+        named = known if any(hold_owner(h) is None for h in holds) else \
+            {h.rpartition("@")[2] for h in holds if h.count("@") == 2}
         now = self.now()
-        live: set[str] = set()
+        live: dict[str, float] = {}
         for schema in sorted(named & known):
             if not _SCHEMA_NAME.match(schema):  # only names schema_for() makes go into SQL text
                 continue
             for row in self.query(f"SELECT {', '.join(LEASE_COLUMNS)} FROM {schema}.owners"):
                 lease = dict(zip(LEASE_COLUMNS, row, strict=True))
                 if owner_alive(lease, now, me=self.owner_id):
-                    live.add(f"{lease['owner_id']}@{schema}")
+                    live[f"{lease['owner_id']}@{schema}"] = float(lease["started_at"])
         if self.owner_id is not None and self.schema is not None:
-            live.add(f"{self.owner_id}@{self.schema}")
+            live.setdefault(f"{self.owner_id}@{self.schema}", now)
         return live
 
     def ledger_rows(self, prefix: str = "") -> list[tuple[str, str, int, float]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.memory import charge_totals, check_conversation, check_tool_key, held_by_dead, settle_charge
@@ -97,8 +97,9 @@ class GrantsMixin(SqlStore):
     def charge_dead_holds(self) -> int:
         """Charge at its full amount every live hold of a broker whose lease is dead (storage/leases.py),
         as its expiry would, but now: the request it covered may have been sent. Who is dead is judged
-        inside the write transaction; holds with no owner wait for their expiry. Returns how many."""
-        return charge_dead(self, "", self.live_owners)
+        inside the write transaction; a hold with no owner (an older relay-jupyter's) is charged when
+        no live lease started before it was taken. Returns how many."""
+        return charge_dead(self, "", self.live_lease_starts)
 
 
 def add_to_ledger(store: SqlStore, conn: Any, origin: str, day: str, tokens: int, cost_usd: float,
@@ -132,22 +133,23 @@ def sweep_expired(store: SqlStore, conn: Any, now: float, schema: str = "") -> i
     return len(expired)
 
 
-def charge_dead(store: SqlStore, schema: str, live_owners: Callable[[], set[str]]) -> int:
-    """Charge in full, now, the live holds in ``schema`` whose owner (the ``@owner`` of the id) is not
-    in ``live_owners()``; the owners are judged again inside the write transaction. Returns how many."""
-    has_owner = store.sql(f"SELECT hold_id FROM {schema}budget_holds WHERE NOT charged AND {{instr}}(hold_id, '@') > 0")
-    rows = store.query(has_owner)
+def charge_dead(store: SqlStore, schema: str, live_leases: Callable[[], Mapping[str, float]]) -> int:
+    """Charge in full, now, the live holds in ``schema`` of dead brokers (``core.memory.held_by_dead``:
+    the ``@owner`` of the id is not among ``live_leases()``, owner key -> lease start; or, a hold
+    without an owner, no live lease started before it was taken); the owners are judged again inside
+    the write transaction. Returns how many."""
+    rows = store.query(f"SELECT hold_id, created_at FROM {schema}budget_holds WHERE NOT charged")
     if not rows:
         return 0
-    live = live_owners()
-    if not any(held_by_dead(r[0], live) for r in rows):
+    live = live_leases()
+    if not any(held_by_dead(h, live, c) for h, c in rows):
         return 0
     with store.transaction() as conn:
-        live = live_owners()
-        found = conn.execute(store.sql(f"SELECT hold_id, origin, day, tokens, cost_usd FROM {schema}budget_holds "
-                                       "WHERE NOT charged AND {instr}(hold_id, '@') > 0 "
+        live = live_leases()
+        found = conn.execute(store.sql(f"SELECT hold_id, origin, day, tokens, cost_usd, created_at "
+                                       f"FROM {schema}budget_holds WHERE NOT charged "
                                        "ORDER BY origin, day, hold_id{for_update}")).fetchall()
-        dead = [r for r in found if held_by_dead(r[0], live)]
+        dead = [r[:5] for r in found if held_by_dead(r[0], live, r[5])]
         if dead:
             _charge(store, conn, dead, schema)
     return len(dead)

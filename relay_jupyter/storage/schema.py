@@ -32,6 +32,8 @@ Version history:
    columns (issue 11 item 8), never the joined ``server__tool``: rows are moved by splitting the old
    name at its first ``__`` (how the registry routed it); a name without one is relay's own tool
    (``server = ''``).
+8. ``team_limits`` (issue 15 deployment 2): a team's day and month limits set by ``jupyter relay budget
+   set --team``, read by every broker on the store (storage/team_limits.py).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from collections.abc import Callable
 
 from .errors import SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "V6_SQL", "V7_SQL", "migrate",
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "V6_SQL", "V7_SQL", "V8_SQL",
+           "migrate",
            "schema_version"]
 
 V1_SQL = """
@@ -262,6 +265,14 @@ def _v5(conn: sqlite3.Connection) -> None:
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered migration steps. Append only; the last version is :data:`SCHEMA_VERSION`.
+V8_SQL = """
+CREATE TABLE team_limits (
+    team        TEXT PRIMARY KEY,       -- a team name (core/teams.py)
+    body        TEXT NOT NULL,          -- TeamBudget.model_dump() as JSON
+    updated_at  REAL NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[int, Step]] = [
     (1, V1_SQL),
     (2, V2_SQL),
@@ -270,6 +281,7 @@ MIGRATIONS: list[tuple[int, Step]] = [
     (5, _v5),
     (6, V6_SQL),
     (7, V7_SQL),
+    (8, V8_SQL),
 ]
 
 SCHEMA_VERSION: int = MIGRATIONS[-1][0]

@@ -27,6 +27,7 @@ from .journal import JournalMixin
 from .leases import LeasesMixin
 from .paths import data_dir
 from .records import ConversationsMixin, GrantsMixin, TrustMixin, sweep_expired
+from .team_limits import TeamLimitsMixin
 from .telemetry import TelemetryMixin
 
 __all__ = ["DB_NAME", "Store"]
@@ -35,7 +36,7 @@ DB_NAME = "relay.db"
 
 
 class Store(GrantsMixin, EventsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin,
-            TelemetryMixin):
+            TelemetryMixin, TeamLimitsMixin):
     """SQLite store. Create with :meth:`open`; use as a context manager or call :meth:`close`.
 
     A broker takes a lease (:meth:`acquire_lease`, storage/leases.py) right after opening; CLI tools

@@ -309,16 +309,35 @@ class StoreContract:
         assert store.finish_hold(h, 12, 0.5) is False
         assert store.usage("o", DAY) == (12, 1.0)
 
-    def test_holds_of_a_dead_broker_are_charged_at_once(self, store: Store) -> None:
-        legacy = store.hold("o", DAY, 1, 0.0, now=0.0, expires_at=1e12, check=lambda *a: None)  # no owner yet
+    def test_holds_of_a_dead_broker_are_charged_at_once(self, store: Store, clock: ContractClock) -> None:
+        # no owner yet (as an older relay-jupyter's holds), taken as the lease below starts: it may own it
+        legacy = store.hold("o", DAY, 1, 0.0, now=clock.now, expires_at=1e12, check=lambda *a: None)
         store.acquire_lease()
-        h = store.hold("o", DAY, 10, 1.0, now=0.0, expires_at=1e12, check=lambda *a: None)
+        h = store.hold("o", DAY, 10, 1.0, now=clock.now, expires_at=1e12, check=lambda *a: None)
         assert store.charge_dead_holds() == 0 and store.held("o", DAY) == (11, 1.0)  # its broker lives
-        store.release_lease()  # the lease is gone: the broker that took h is dead
+        store.release_lease()  # the lease is gone: the broker that took h is dead, and no live one owns legacy
+        assert store.charge_dead_holds() == 2 and store.charge_dead_holds() == 0
+        assert store.usage("o", DAY) == (11, 1.0) and store.held("o", DAY) == (0, 0.0)
+        assert store.finish_hold(h, 12, 0.5) is False and store.usage("o", DAY) == (13, 1.0)  # only the excess
+        assert store.finish_hold(legacy, None, None) is False and store.usage("o", DAY) == (13, 1.0)
+
+    def test_a_hold_without_owner_waits_only_while_a_live_lease_could_own_it(self, store: Store,
+                                                                              clock: ContractClock) -> None:
+        # holds of an older relay-jupyter (no owner in the id): one taken an hour before the live broker
+        # started (its taker is gone), one 30 s before (within the clock skew allowed: it may be the
+        # live broker's)
+        gone = store.hold("o", DAY, 5, 0.5, now=clock.now - 3600, expires_at=1e12, check=lambda *a: None)
+        maybe = store.hold("o", DAY, 3, 0.25, now=clock.now - 30, expires_at=1e12, check=lambda *a: None)
+        assert "@" not in gone and "@" not in maybe
+        store.acquire_lease()
         assert store.charge_dead_holds() == 1 and store.charge_dead_holds() == 0
-        assert store.usage("o", DAY) == (10, 1.0) and store.held("o", DAY) == (1, 0.0)  # legacy: expiry's
-        assert store.finish_hold(h, 12, 0.5) is False and store.usage("o", DAY) == (12, 1.0)  # only the excess
-        assert store.finish_hold(legacy, None, None) is True
+        assert store.usage("o", DAY) == (5, 0.5) and store.held("o", DAY) == (3, 0.25)
+        assert store.finish_hold(gone, 4, 0.5) is False and store.usage("o", DAY) == (5, 0.5)  # charged in full
+        clock.advance(3600)  # a lease renewed later still started when it started
+        store.renew_lease()
+        assert store.charge_dead_holds() == 0 and store.held("o", DAY) == (3, 0.25)
+        store.release_lease()
+        assert store.charge_dead_holds() == 1 and store.usage("o", DAY) == (8, 0.75)
 
     def test_a_hold_sweeps_expired_ones_first(self, store: Store) -> None:
         store.hold("o", DAY, 10, 0.0, now=0.0, expires_at=10.0, check=lambda *a: None)
@@ -330,6 +349,34 @@ class StoreContract:
         h = store.hold("o", DAY, 10, 1.0, now=0.0, expires_at=10.0, check=lambda *a: None)
         assert store.finish_hold(h, None, None) is True
         assert store.usage("o", DAY) == (0, 0.0) and store.held("o", DAY) == (0, 0.0)
+
+    # -- team limits ----------------------------------------------------------------------------------
+
+    def test_team_limits_round_trip_and_bad_ones_write_nothing(self, store: Store) -> None:
+        assert store.team_limits() == {}
+        assert store.put_team_limits("ml", {"tokens_per_day": 1500, "cost_per_month_usd": 12.5}) is True
+        assert store.put_team_limits("ml", {"tokens_per_day": 7}, replace=False) is False  # a seed: never over a set one
+        assert store.put_team_limits("ops", {}, replace=False) is True
+        none = {"tokens_per_day": None, "cost_per_day_usd": None, "tokens_per_month": None, "cost_per_month_usd": None}
+        assert store.team_limits() == {"ml": {**none, "tokens_per_day": 1500, "cost_per_month_usd": 12.5}, "ops": none}
+        store.put_team_limits("ml", {"cost_per_day_usd": 4})
+        assert store.team_limits()["ml"] == {**none, "cost_per_day_usd": 4.0}
+        for team, limits in (("ml", {"tokens_per_day": -1}), ("ml", {"cost_per_day_usd": float("nan")}),
+                             ("ml", {"members": ["x"]}), ("bad name", {}), ("", {}), ("ml", [1])):
+            with pytest.raises((TypeError, ValueError)):
+                store.put_team_limits(team, limits)  # type: ignore[arg-type]
+        assert store.team_limits()["ml"] == {**none, "cost_per_day_usd": 4.0} and len(store.team_limits()) == 2
+        with pytest.raises(_Refused):
+            with store.transaction():
+                store.put_team_limits("late", {"tokens_per_day": 1})
+                raise _Refused
+        assert "late" not in store.team_limits()
+
+    def test_two_brokers_read_one_teams_limits(self, store: Store, peer: Store) -> None:
+        store.put_team_limits("ml", {"tokens_per_day": 1500})
+        assert peer.team_limits() == store.team_limits() and peer.team_limits()["ml"]["tokens_per_day"] == 1500
+        peer.put_team_limits("ml", {"tokens_per_day": 900})
+        assert store.team_limits()["ml"]["tokens_per_day"] == 900
 
     # -- events ---------------------------------------------------------------------------------------
 
@@ -481,6 +528,28 @@ class StoreContract:
         assert store.unfinished_runs() == [] and store.append_event("t", {}).id == 2
 
     # -- conversations --------------------------------------------------------------------------------
+
+    def test_a_transaction_belongs_to_its_thread_alone(self, store: Store) -> None:
+        """Store calls run on worker threads (runtime/offload.py): a write another thread makes while
+        this thread's transaction is open is never part of it (it is not undone by its rollback)."""
+        done: list[BaseException | None] = []
+
+        def other() -> None:
+            try:
+                store.put_grant(Grant(origin="other-thread", consent_id="c", created_at=1.0))
+                done.append(None)
+            except BaseException as exc:  # pragma: no cover - reported below
+                done.append(exc)
+
+        worker = threading.Thread(target=other)
+        with pytest.raises(_Refused):
+            with store.transaction():
+                store.put_grant(Grant(origin="this-thread", consent_id="c", created_at=1.0))
+                worker.start()  # it writes now (PostgreSQL: on its own connection) or after (one writer)
+                raise _Refused
+        worker.join(30)
+        assert done == [None]
+        assert store.get_grant("this-thread") is None and store.get_grant("other-thread") is not None
 
     def test_conversations_append_only(self, store: Store, clock: ContractClock) -> None:
         m = [{"role": "user", "content": f"m{i}", "turn": i // 2} for i in range(6)]

@@ -301,3 +301,84 @@ def test_namespaces_keep_users_apart_and_share_teams_and_audit(postgres_db: tupl
     finally:
         for s in (alice, bob, odd):
             s.close()
+
+
+def test_a_team_hold_without_owner_is_charged_when_no_users_live_broker_could_own_it(
+        postgres_db: tuple[str, Path]) -> None:
+    """Team holds an older relay-jupyter wrote (``t<random>``, no owner in the id) no longer wait for
+    their expiry once no live broker of any user could have taken them: a live lease of any user's
+    schema that started before the hold (or within the allowed clock skew) keeps it waiting."""
+    url, pw = postgres_db
+    t0 = 2_000_000.0
+    clock = [t0]
+    alice = PostgresStore.open(url, password_file=pw, namespace="alice", clock=lambda: clock[0])
+    bob = PostgresStore.open(url, password_file=pw, namespace="bob", clock=lambda: clock[0])
+    try:
+        team, day = "team:ml", "2026-12-01"
+        # alice's store has no lease: its holds carry no owner, as an older relay-jupyter's did
+        old = alice.hold(team, day, 40, 0.4, now=t0 - 3600, expires_at=1e12, check=lambda *a: None)
+        recent = alice.hold(team, day, 2, 0.02, now=t0 - 10, expires_at=1e12, check=lambda *a: None)
+        assert old.startswith("t") and "@" not in old and "@" not in recent
+        bob.acquire_lease()  # bob's broker starts now: it could own `recent` (skew), never `old`
+        assert bob.charge_dead_holds() == 1 and alice.charge_dead_holds() == 0
+        assert bob.usage(team, day) == (40, 0.4) and alice.held(team, day) == (2, 0.02)
+        assert alice.finish_hold(old, 40, 0.4) is False and bob.usage(team, day) == (40, 0.4)  # charged once
+        bob.release_lease()  # no user's broker is alive any more
+        assert alice.charge_dead_holds() == 1 and bob.usage(team, day) == (42, pytest.approx(0.42)) and bob.held(team, day) == (0, 0.0)
+    finally:
+        alice.close()
+        bob.close()
+
+
+def test_store_calls_on_worker_threads_each_have_their_own_transaction(pg: PostgresStore) -> None:
+    """The broker runs store calls on worker threads (runtime/offload.py): a thread's open transaction is
+    its own (its uncommitted write is visible to it, never to another thread, whose read does not wait
+    for it), and more threads than pooled connections at once all complete."""
+    from relay_jupyter.storage.postgres import POOL_MAX
+
+    try:
+        from relay_jupyter.runtime.offload import STORE_THREADS
+    except ImportError:  # the store threads' module not there yet: the number it will have
+        STORE_THREADS = 16
+
+    # the loop's own calls (event appends) must find a connection while every store thread holds one
+    assert POOL_MAX > STORE_THREADS
+    inside, checked = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def reader() -> None:
+        inside.wait(30)
+        seen.append(pg.get_grant("notebook:x.ipynb"))
+        checked.set()
+
+    worker = threading.Thread(target=reader)
+    worker.start()
+    with pg.transaction():
+        pg.put_grant(_grant("notebook:x.ipynb"))
+        assert pg.get_grant("notebook:x.ipynb") is not None
+        inside.set()
+        assert checked.wait(30)
+    worker.join(30)
+    assert seen == [None] and pg.get_grant("notebook:x.ipynb") is not None
+    errors: list[BaseException] = []
+    start = threading.Barrier(POOL_MAX + 6)
+
+    def work(n: int) -> None:
+        try:
+            start.wait(30)
+            with pg.transaction():
+                pg.add_usage(f"notebook:{n}.ipynb", "2026-12-01", 1, 0.0)
+                h = pg.hold("notebook:shared.ipynb", "2026-12-01", 1, 0.0, now=1.0, expires_at=1e12,
+                            check=lambda *a: None)
+            pg.finish_hold(h, 1, 0.0)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(POOL_MAX + 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert pg.usage("notebook:shared.ipynb", "2026-12-01") == (POOL_MAX + 6, 0.0)
+    assert all(pg.usage(f"notebook:{n}.ipynb", "2026-12-01") == (1, 0.0) for n in range(POOL_MAX + 6))

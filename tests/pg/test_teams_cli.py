@@ -104,3 +104,59 @@ def test_spend_per_user_and_team(postgres_db, tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "teams", "spend", "--config", str(cfg),
                           "--since", "yesterday"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and "YYYY-MM-DD" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.pg
+def test_budget_set_on_one_broker_holds_for_every_broker_on_the_database(postgres_db, tmp_path: Path) -> None:
+    """Per-user brokers sharing PostgreSQL (issue 15 deployment 2) read a team's limits from the database,
+    never from their own files: alice's old team_budgets.json seeds the table (the first broker's file
+    wins), bob's disagreeing file is not read, and ``jupyter relay budget set --team`` run with bob's
+    settings changes the limit both brokers reserve against, from their next request on."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    from relay_jupyter.broker.config import BrokerConfig
+    from relay_jupyter.core.errors import Refusal
+    from relay_jupyter.storage.postgres import PostgresStore
+    from relay_jupyter.storage.team_limits import TEAM_LIMITS_FILE, team_limits_source, write_team_limits
+
+    url, pw = postgres_db
+    base = Teams.from_config(TEAMS)
+    brokers = {}
+    for user, file_limit in (("alice", 10**9), ("bob", 7)):
+        data = tmp_path / user
+        data.mkdir(mode=0o700)
+        write_team_limits(data / TEAM_LIMITS_FILE, {"ml": {"tokens_per_day": file_limit}})
+        config = BrokerConfig.model_validate({"store_url": url, "store_password_file": str(pw), "data_dir": str(data),
+                                              "teams": TEAMS, "user": user})
+        store = PostgresStore.open(url, password_file=pw, namespace=user)
+        brokers[user] = (store, team_limits_source(base, store, config), config)
+    try:
+        limits = {u: src().get("ml").budget.tokens_per_day for u, (_, src, _) in brokers.items()}
+        assert limits == {"alice": 10**9, "bob": 10**9}  # one limit, alice's file seeded it; bob's 7 never holds
+        cfg = tmp_path / "bob.json"
+        cfg.write_text(brokers["bob"][2].model_dump_json())
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
+        done = subprocess.run([sys.executable, "-m", "relay_jupyter.cli", "budget", "set", "--team", "ml",
+                               "--tokens-per-day", "1500", "--config", str(cfg)], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "tokens_per_day 1500" in done.stdout and pw.read_text().strip() not in done.stdout + done.stderr
+        # the limit both brokers now reserve against (the seeded row replaced the configured budget whole,
+        # as the file did: its other axes have no limit)
+        for _, src, _ in brokers.values():
+            assert src().get("ml").budget.model_dump() == {"tokens_per_day": 1500, "cost_per_day_usd": None,
+                                                           "tokens_per_month": None, "cost_per_month_usd": None}
+
+        def ledger(user: str) -> BudgetLedger:
+            store, src, _ = brokers[user]
+            return BudgetLedger(store, teams_for=teams_for_origin(src, user), transaction=store.transaction)
+
+        grant = Grant(origin="notebook:a.ipynb", consent_id="c", budget=Budget(requests_per_minute=None))
+        ledger("alice").reserve("notebook:a.ipynb", grant, tokens=1000, cost_usd=0.1).settle(1000, 0.1)
+        with pytest.raises(Refusal) as refused:  # bob's broker: his own notebook is fine, the team is not
+            ledger("bob").reserve("notebook:a.ipynb", grant, tokens=600, cost_usd=0.1)
+        assert "ml" in refused.value.message
+        ledger("bob").reserve("notebook:a.ipynb", grant, tokens=500, cost_usd=0.1).settle(500, 0.1)
+        assert brokers["alice"][0].usage("team:ml", utc_day(__import__("time").time())) == (1500, pytest.approx(0.2))
+    finally:
+        for store, _, _ in brokers.values():
+            store.close()
