@@ -64,3 +64,46 @@ def test_openai_sdk_through_the_daemon_with_its_token(tmp_path):
             assert len(fake.requests) == before
         finally:
             daemon.stop()
+
+
+def test_relay_openai_reaches_the_daemon_over_its_unix_socket(tmp_path):
+    """``relay.openai()`` in a kernel attached to a daemon on a Unix socket (issue 16): the client gets an ``httpx``
+    transport bound to the socket, the daemon knows the caller by the socket (its peer), and the request goes
+    through the gate of that client's origin to the upstream with the broker's key."""
+    from types import SimpleNamespace
+
+    from relay_jupyter.kernel.sdk_clients import openai_client
+
+    with FakeOpenAI(api_key=KEY, models=(MODEL,)) as fake:
+        config = tmp_path / "broker.json"
+        config.write_text(json.dumps({"openai_base_url": fake.base_url, "openai_api_key": KEY,
+                                      "default_backend": "openai", "default_model": MODEL}))
+        assert run_cli(tmp_path, "grants", "add", "daemon:sock", "--tools", "*", "--models", MODEL).returncode == 0
+        (tmp_path / "sock").mkdir(mode=0o700)
+        daemon = start_daemon(tmp_path, "--listen", f"unix://{tmp_path}/sock/relay.sock", "--config", str(config))
+        try:
+            endpoint = SimpleNamespace(url=daemon.address, auth="", client_name="sock")
+            fake.enqueue(Reply(text("over the socket")), Reply(text("async over the socket")))
+            client = openai_client(endpoint, max_retries=0)
+            answer = client.chat.completions.create(model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "x"}])
+            assert answer.choices[0].message.content == "over the socket"
+
+            async def go() -> str:
+                aclient = openai_client(endpoint, asynchronous=True, max_retries=0)
+                r = await aclient.chat.completions.create(model=MODEL, max_tokens=16,
+                                                          messages=[{"role": "user", "content": "y"}])
+                await aclient.close()
+                return r.choices[0].message.content
+
+            import asyncio
+
+            assert asyncio.run(go()) == "async over the socket"
+            # another client name on the same socket is another origin: no grant, nothing forwarded
+            before = len(fake.requests)
+            with pytest.raises(openai.PermissionDeniedError) as denied:
+                openai_client(SimpleNamespace(url=daemon.address, auth="", client_name="other"), max_retries=0
+                              ).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "z"}])
+            assert denied.value.body["code"] == "UNAUTHORIZED" and "daemon:other" in denied.value.body["message"]
+            assert len(fake.requests) == before == 2 and fake.saw_api_key(KEY)
+        finally:
+            daemon.stop()
