@@ -113,3 +113,36 @@ async def test_a_request_that_already_fits_is_forwarded_unchanged(tmp_path, fake
     finally:
         await proxy.aclose()
         broker.close()
+
+
+async def test_a_profiles_own_day_budget_lowers_an_engine_request_to_that_profile(tmp_path, fake):
+    """A claude-code run with ``--profile team`` (the engine endpoint sends the run's profile): the request is fitted
+    to what the team profile's own day budget (``Grant.profile_budgets``) leaves, and the same request to the
+    broker's own upstream, which the grant does not cap, is forwarded as asked."""
+    from relay_jupyter.core.types import ProfileBudget
+
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"team.anthropic": KEY}))
+    secrets.chmod(0o600)
+    broker = Broker.open(BrokerConfig(data_dir=tmp_path / "relay", anthropic_api_key=KEY,
+                                      anthropic_base_url=fake.base_url, default_model=MODEL, secrets_file=secrets,
+                                      profiles={"team": {"anthropic_base_url": fake.base_url}}))
+    broker.grants.issue(Grant(origin=ORIGIN, tools=frozenset({"*"}), models=frozenset({"*"}), profiles=frozenset({"team"}),
+                              budget=Budget(tokens_per_day=None, cost_per_day_usd=None, max_tokens_per_run=None),
+                              profile_budgets=(ProfileBudget(profile="team", tokens_per_day=20_000),), consent_id="t"))
+    proxy = AnthropicProxy(broker)
+    try:
+        response = await proxy.messages(ORIGIN, _body(), {}, {"x-relay-profile": "team"}, run=RunBudget(None, None))
+        async for _ in response.chunks:
+            pass
+        await _send(proxy, RunBudget(None, None))  # no profile: nothing caps it
+        to_team, to_default = fake.requests
+        assert to_team.body["max_tokens"] < 20_000 and to_default.body["max_tokens"] == 32_000
+        team_allow, default_allow = _allowed(broker)
+        assert team_allow.arguments["purpose"] == "proxy:team" and team_allow.arguments["estimated_tokens"] == 20_000
+        assert default_allow.arguments["purpose"] == "proxy"
+        (row,) = broker.gate.ledger.usage(ORIGIN, broker.grants.get(ORIGIN))["profiles"]
+        assert row["profile"] == "team" and 0 < row["tokens"] <= 20_000 and row["reserved_tokens"] == 0
+    finally:
+        await proxy.aclose()
+        broker.close()
