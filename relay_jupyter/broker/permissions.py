@@ -43,9 +43,9 @@ from ..core.types import ConsentDecision, ConsentRequest, ConsentResult, Consent
 from ..protocol.names import EventType
 from ..runtime.tools import tool_identity
 from .events import EventBus
-from .pending import PendingBook
+from .pending import PendingBook, may_act_for  # may_act_for: re-exported (its home was here)
 
-__all__ = ["MemoryTrust", "PendingPermission", "PermissionRouter", "TrustBook"]
+__all__ = ["MemoryTrust", "PendingPermission", "PermissionRouter", "TrustBook", "may_act_for"]
 
 ALL_SCOPES = (ConsentScope.ONCE.value, ConsentScope.RUN.value, ConsentScope.NOTEBOOK.value)
 ONCE_ONLY = (ConsentScope.ONCE.value,)
