@@ -9,28 +9,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_kernels import CRED, run_in_kernel, start_session
+from test_kernels import CRED, jp_server_config, model_fake, run_in_kernel, start_session  # noqa: F401 (fixtures)
 
 from relay_jupyter.protocol.names import TERMINAL_EVENTS
-from relay_jupyter.testing import FakeAnthropic, Reply
+from relay_jupyter.testing import Reply
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def model_fake():
-    with FakeAnthropic(api_key="test-key") as fake:
-        yield fake
-
-
-@pytest.fixture
-def jp_server_config(tmp_path, model_fake):
-    return {
-        "ServerApp": {"jpserver_extensions": {"relay_jupyter": True}},
-        "RelayApp": {"data_dir": str(tmp_path / "relaydata"), "heartbeat_interval": 0.2,
-                     "anthropic_base_url": model_fake.base_url, "anthropic_api_key": "test-key",
-                     "default_model": "claude-test-1"},
-    }
 
 
 async def _credential(jp_serverapp, kernel_id):
