@@ -2,8 +2,9 @@
 
 The SQLite store (storage/sqlite.py) and the PostgreSQL store (storage/postgres.py) run the same
 statements for grants, the ledger and its holds, conversations, saved trust, tool pins, the runs
-journal, leases and telemetry. Those are written **once**, in the mixins of ``records.py``,
-``journal.py``, ``leases.py`` and ``telemetry.py``, in the SQL both databases accept, with ``?``
+journal, leases, telemetry, team limits and events. Those are written **once**, in the mixins of
+``records.py``, ``journal.py``, ``leases.py``, ``telemetry.py``, ``team_limits.py`` and ``events.py``
+(``EventRows``), in the SQL both databases accept, with ``?``
 placeholders and a few tokens that a :class:`Dialect` spells for its database:
 
 ==================  ==========================  ==========================================
@@ -19,8 +20,9 @@ token               SQLite                      PostgreSQL
 What really differs stays in each store, explicit: how a budget hold is checked and inserted
 atomically (SQLite: ``BEGIN IMMEDIATE``'s write lock; PostgreSQL: the ledger row locked by an
 ``INSERT … ON CONFLICT DO UPDATE … RETURNING``), how a conversation's messages are written
-(``executemany`` vs ``COPY``), events (storage/events.py vs the PostgreSQL event counter), the
-PostgreSQL store's team schema, and transactions themselves (storage/_db.py vs ``PgDatabase``).
+(``executemany`` vs ``COPY``), how event ids are taken and their rows written (``AUTOINCREMENT``'s
+sequence and ``executemany`` vs the PostgreSQL event counter's row lock and ``COPY``) and an event
+replay page, the PostgreSQL store's team schema, and transactions themselves (storage/_db.py vs ``PgDatabase``).
 
 Hand-written rather than a query builder (SQLAlchemy Core): the statements are short and fixed, the
 stores' differences are in locking, not in syntax, and the hot paths (events) would pay for a

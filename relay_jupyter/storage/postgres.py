@@ -33,8 +33,9 @@ transaction is bound to it (``threading.local``), so calls of other threads neve
 in threads rather than async psycopg: docs/storage.md, "Sync psycopg in worker threads, not async".
 
 The statements both stores run are written once (storage/dialect.py and the mixins this class
-inherits); what is here is PostgreSQL's own: ``hold``, the team schema, messages by ``COPY``,
-events and their counter, the audit copy, the checkpoint table.
+inherits; the events' in storage/events.py ``EventRows``); what is here is PostgreSQL's own: ``hold``,
+the team schema, messages by ``COPY``, event ids from their counter and rows by ``COPY``, the audit
+copy, the checkpoint table.
 """
 
 from __future__ import annotations
@@ -52,14 +53,13 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from ..core.memory import append_start, check_event_items, hold_owner, new_hold_id
+from ..core.memory import append_start, hold_owner, new_hold_id
 from ..core.teams import TEAM_PREFIX
-from ..core.types import AuditRecord, Event
-from ..protocol.names import EventType
+from ..core.types import AuditRecord
 from ._db import check_amount, check_text, dumps
 from .checkpoints import STATES, CheckpointRows
 from .errors import StorageUnavailable, StoreError
-from .events import _PERMISSION_TYPES, _event, _middle, _parse
+from .events import EventRows, visibility
 from .dialect import POSTGRES, SqlStore, where
 from .journal import JournalMixin
 from .leases import DEFAULT_LEASE_TTL, LEASE_COLUMNS, LeasesMixin, owner_alive
@@ -86,7 +86,7 @@ broker calls the store from its event loop too (a database that is down stalls a
 once; the broker then refuses new runs until its storage probe succeeds again)."""
 CONNECT_TIMEOUT = 5
 PRUNE_PAGE = 5000
-"""Events deleted per transaction by :meth:`PostgresStore.prune_events`."""
+"""Events deleted per transaction by the PostgreSQL store's ``prune_events`` (storage/events.py)."""
 STATEMENT_TIMEOUT_MS = 15000
 """No statement may hold a broker thread longer than this (a lock wait included)."""
 
@@ -182,16 +182,6 @@ def _shown(url: str) -> str:
     user = f"{parts['user']}@" if parts.get("user") else ""
     port = f":{parts['port']}" if parts.get("port") else ""
     return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
-
-
-def _visibility(origins: Collection[str] | None) -> tuple[str, list[Any]]:
-    """SQL filter for what a caller may see: broadcast events plus those of ``origins`` (None = all)."""
-    if origins is None:
-        return "", []
-    origins = list(origins)
-    if not origins:
-        return " AND origin IS NULL", []
-    return " AND (origin IS NULL OR origin = ANY(%s))", [origins]
 
 
 def _failure(exc: BaseException, where: str) -> StorageUnavailable:
@@ -317,8 +307,8 @@ class PgDatabase(SqlStore):
         self.close()
 
 
-class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin, TelemetryMixin,
-                    TeamLimitsMixin, PgDatabase):
+class PostgresStore(GrantsMixin, EventRows, JournalMixin, ConversationsMixin, TrustMixin, LeasesMixin,
+                    TelemetryMixin, TeamLimitsMixin, PgDatabase):
     """The PostgreSQL store. Create with :meth:`open`; close with :meth:`close`.
 
     With a ``namespace`` (a user name: per-user brokers sharing one database), everything of this
@@ -548,80 +538,22 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
                          "message_count = %s WHERE conv_id = %s",
                          (origin, name, dumps(meta), now, start + len(bodies), conv_id))
 
-    # -- events ----------------------------------------------------------------------------------
-    def append_event(self, type: str, data: dict[str, Any], *, origin: str | None = None,
-                     run_id: str | None = None) -> Event:
-        return self.append_events([(type, data, origin, run_id)])[0]
+    # -- events (the rest is storage/events.EventRows) ---------------------------------------------
+    def _take_ids(self, conn: Any, n: int) -> int:
+        # the counter's row lock orders appends until commit: ids are committed in id order
+        return int(conn.execute("UPDATE event_seq SET last_id = last_id + %s RETURNING last_id",
+                                (n,)).fetchone()[0]) - n + 1
 
-    def append_events(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]) -> list[Event]:
-        return self._append(items)[0]
+    def _insert_events(self, conn: Any, rows: list[tuple[int, float, str, str | None, str | None, bytes]]) -> None:
+        with conn.cursor() as cur, cur.copy("COPY events (id, ts, type, origin, run_id, frame) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
-    def append_events_framed(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
-                             ) -> tuple[list[Event], list[bytes]]:
-        return self._append(items)
+    def _next_id(self, conn: Any) -> int:
+        return int(conn.execute("SELECT last_id FROM event_seq").fetchone()[0]) + 1
 
-    def _append(self, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]]
-                ) -> tuple[list[Event], list[bytes]]:
-        items = check_event_items(items)
-        if not items:
-            return [], []
-        ts = float(self.now())
-        head = f'"ts":{ts!r}'
-        middles: dict[tuple[str, str | None, str | None], str] = {}
-        tails: list[str] = []
-        for t, d, o, r in items:
-            middle = middles.get((t, o, r))
-            if middle is None:
-                middle = middles[(t, o, r)] = _middle(t, o, r)
-            tails.append(f"{head}{middle}{dumps(d)}}}\n\n")
-        with self.transaction() as conn:
-            # the counter's row lock orders appends until commit: ids are committed in id order
-            last = conn.execute("UPDATE event_seq SET last_id = last_id + %s RETURNING last_id",
-                                (len(items),)).fetchone()[0]
-            first = int(last) - len(items) + 1
-            rows = [(first + n, ts, t, o, r, f'id: {first + n}\nevent: {t}\ndata: {{"id":{first + n},{tail}'.encode())
-                    for n, ((t, _, o, r), tail) in enumerate(zip(items, tails, strict=True))]
-            with conn.cursor() as cur:
-                with cur.copy("COPY events (id, ts, type, origin, run_id, frame) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
-            if _PERMISSION_TYPES.intersection(t for t, _, _ in middles):
-                self._track_permissions(conn, items, first, ts)
-        events = [_event({"id": first + n, "ts": ts, "type": t, "origin": o, "run_id": r, "data": dict(d)})
-                  for n, (t, d, o, r) in enumerate(items)]
-        return events, [row[5] for row in rows]
-
-    def _track_permissions(self, conn: Any, items: Sequence[tuple[str, dict[str, Any], str | None, str | None]],
-                           first: int, ts: float) -> None:
-        for n, (t, d, o, r) in enumerate(items):
-            request_id = d.get("request_id")
-            if t not in _PERMISSION_TYPES or not isinstance(request_id, str):
-                continue
-            if t == EventType.PERMISSION_REQUEST:
-                conn.execute("INSERT INTO pending_permissions (request_id, owner, origin, run_id, event_id, created_at) "
-                             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (request_id) DO UPDATE SET "
-                             "owner = excluded.owner, origin = excluded.origin, run_id = excluded.run_id, "
-                             "event_id = excluded.event_id, created_at = excluded.created_at",
-                             (request_id, self.owner_id, o, r, first + n, ts))
-            else:
-                conn.execute("DELETE FROM pending_permissions WHERE request_id = %s", (request_id,))
-
-    def _rows_since(self, since: int, limit: int | None, origins: Collection[str] | None) -> list[tuple[Any, ...]]:
-        since = operator.index(since)
-        where, params = _visibility(origins)
-        sql = f"SELECT id, frame FROM events WHERE id > %s{where} ORDER BY id"
-        args: list[Any] = [since, *params]
-        if limit is not None:
-            limit = operator.index(limit)
-            if limit <= 0:
-                return []
-            sql += " LIMIT %s"
-            args.append(limit)
-        return self.query(sql, args)
-
-    def events_since(self, since: int, *, limit: int | None = None,
-                     origins: Collection[str] | None = None) -> list[Event]:
-        return [_parse(bytes(frame)) for _, frame in self._rows_since(since, limit, origins)]
+    def _prune_page(self) -> int:
+        return PRUNE_PAGE
 
     def replay_sse(self, since: int, *, limit: int | None = None,
                    origins: Collection[str] | None = None) -> tuple[int, bytes]:
@@ -634,7 +566,7 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
             limit = operator.index(limit)
             if limit <= 0:
                 return since, b""
-        where, params = _visibility(origins)
+        where, params = visibility("%s", origins)
         with self.snapshot() as conn:
             first, top = conn.execute("SELECT MIN(id), MAX(id) FROM events").fetchone()
             if top is None or top <= since:
@@ -647,51 +579,6 @@ class PostgresStore(GrantsMixin, JournalMixin, ConversationsMixin, TrustMixin, L
 
     def last_event_id(self) -> int:
         return int(self.query("SELECT last_id FROM event_seq")[0][0])
-
-    def first_event_id(self) -> int:
-        with self.snapshot() as conn:
-            row = conn.execute("SELECT MIN(id) FROM events").fetchone()
-            if row[0] is not None:
-                return int(row[0])
-            return int(conn.execute("SELECT last_id FROM event_seq").fetchone()[0]) + 1
-
-    def prune_events(self, max_age_s: float | None = None, max_count: int | None = None) -> int:
-        """Drop the oldest events (a prefix: ids stay contiguous): those older than ``max_age_s``
-        (stopping at the first one young enough) and all but the newest ``max_count``. The edge is
-        decided once; then pages of :data:`PRUNE_PAGE` events, one short transaction each, so other
-        brokers' appends go on in between. Returns how many went. ValueError for a negative limit."""
-        if max_age_s is not None and (not isinstance(max_age_s, int | float) or max_age_s < 0):
-            raise ValueError("max_age_s must be a number >= 0")
-        if max_count is not None:
-            max_count = operator.index(max_count)
-            if max_count < 0:
-                raise ValueError("max_count must be >= 0")
-        with self.snapshot() as conn:
-            next_id = int(conn.execute("SELECT last_id FROM event_seq").fetchone()[0]) + 1
-            edge: int | None = None
-            if max_age_s is not None:
-                keep = conn.execute("SELECT id FROM events WHERE ts >= %s ORDER BY id LIMIT 1",
-                                    (self.now() - max_age_s,)).fetchone()
-                edge = next_id if keep is None else int(keep[0])
-            if max_count is not None:
-                if max_count == 0:
-                    cut = next_id
-                else:
-                    row = conn.execute("SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET %s",
-                                       (max_count - 1,)).fetchone()
-                    cut = 0 if row is None else int(row[0])
-                edge = cut if edge is None else max(edge, cut)
-        if not edge:
-            return 0
-        deleted = 0
-        while True:
-            with self.transaction() as conn:
-                low = conn.execute("SELECT MIN(id) FROM events").fetchone()[0]
-                if low is None or low >= edge:
-                    break
-                deleted += conn.execute("DELETE FROM events WHERE id >= %s AND id < %s",
-                                        (low, min(edge, int(low) + PRUNE_PAGE))).rowcount
-        return deleted
 
     # -- audit copy --------------------------------------------------------------------------------
     def append_audit(self, record: AuditRecord) -> None:
