@@ -1032,10 +1032,13 @@ def _many_changes(old: bytes, new: bytes, pre_end: int, xa: int, xb: int, old_la
     ch = _line_changes(a, b)
     if not ch or not ch.x:
         return None
-    n0, n1 = _count_lines(old), _count_lines(new)
+    base = old.count(b"\n", 0, lo)
+    # whole-file line counts: the split lines, those before them and those after (no second pass)
+    n0 = base + len(a) + (old.count(b"\n", hi0) + (not old.endswith(b"\n")) if hi0 < len(old) else 0)
+    n1 = base + len(b) + (new.count(b"\n", hi1) + (not new.endswith(b"\n")) if hi1 < len(new) else 0)
     if not _changes_are_gnu(ch, a, b, lo == 0, hi0 == len(old), n0 + n1):
         return None
-    return _format_lines(ch, a, b, old.count(b"\n", 0, lo), n0, n1, old_label, new_label)
+    return _format_lines(ch, a, b, base, n0, n1, old_label, new_label)
 
 
 def _changes_are_gnu(ch: _Changes, a: list[bytes], b: list[bytes], at_start: bool, at_end: bool,
@@ -1100,7 +1103,7 @@ def _changes_are_gnu(ch: _Changes, a: list[bytes], b: list[bytes], at_start: boo
     needed = gone.keys() | came.keys()
     # only lines as long as a changed one can be one (lengths are free, hashes are not)
     sizes = set(map(len, needed))
-    region = a[max(lo_r, 0):hi_r]
+    region = a if lo_r <= 0 and hi_r >= na else a[max(lo_r, 0):hi_r]
     count_old = Counter(filter(needed.__contains__, compress(region, map(sizes.__contains__, map(len, region)))))
     # a deleted text none of whose old lines is kept and that is not inserted; an inserted text that
     # is not in the old region (set operations and maps: no Python step per text)
