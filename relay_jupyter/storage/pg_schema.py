@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import SchemaError
+from .schema import TEAM_LIMITS_DDL
 
 __all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "PG_SCHEMA_VERSION", "migrate", "schema_version"]
 
@@ -246,13 +247,7 @@ ALTER TABLE pins DROP CONSTRAINT pins_pkey;
 ALTER TABLE pins ADD PRIMARY KEY (server, tool);
 """
 
-V5_SQL = """
-CREATE TABLE team_limits (
-    team        TEXT PRIMARY KEY,
-    body        TEXT NOT NULL,          -- TeamBudget.model_dump() as JSON
-    updated_at  DOUBLE PRECISION NOT NULL
-);
-"""
+V5_SQL = TEAM_LIMITS_DDL.format(real="DOUBLE PRECISION")  # one declaration with SQLite's step 8
 
 #: Ordered migration steps. Append only; the last version is :data:`PG_SCHEMA_VERSION`.
 PG_MIGRATIONS: list[tuple[int, str]] = [

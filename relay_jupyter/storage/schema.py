@@ -44,7 +44,7 @@ from collections.abc import Callable
 from .errors import SchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "V1_SQL", "V2_SQL", "V3_SQL", "V4_SQL", "V5_SQL", "V6_SQL", "V7_SQL", "V8_SQL",
-           "migrate",
+           "TEAM_LIMITS_DDL", "migrate",
            "schema_version"]
 
 V1_SQL = """
@@ -265,13 +265,17 @@ def _v5(conn: sqlite3.Connection) -> None:
 Step = str | Callable[[sqlite3.Connection], None]
 
 #: Ordered migration steps. Append only; the last version is :data:`SCHEMA_VERSION`.
-V8_SQL = """
+TEAM_LIMITS_DDL = """
 CREATE TABLE team_limits (
     team        TEXT PRIMARY KEY,       -- a team name (core/teams.py)
     body        TEXT NOT NULL,          -- TeamBudget.model_dump() as JSON
-    updated_at  REAL NOT NULL
+    updated_at  {real} NOT NULL
 );
 """
+"""The ``team_limits`` table of both stores, declared once (``{real}``: the database's float type); the
+PostgreSQL schema's step 5 is this too (storage/pg_schema.py)."""
+
+V8_SQL = TEAM_LIMITS_DDL.format(real="REAL")
 
 MIGRATIONS: list[tuple[int, Step]] = [
     (1, V1_SQL),
