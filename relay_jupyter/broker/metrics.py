@@ -148,8 +148,9 @@ class CountingAudit:
         self._metrics.decisions.labels(record.decision, record.code or "").inc()
         return stored
 
-    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
-        return self.inner.tail(n, origin=origin)
+    def tail(self, n: int = 100, *, origin: str | None = None,
+             where: Callable[[AuditRecord], bool] | None = None) -> list[AuditRecord]:
+        return self.inner.tail(n, origin=origin, where=where)
 
     def __getattr__(self, name: str):
         # sync(), close(), ... of the durable audit log pass through

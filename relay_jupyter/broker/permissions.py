@@ -224,6 +224,10 @@ class PermissionRouter:
         return sorted((p for p in self._pending.values() if self._may_answer(caller, p)),
                       key=lambda p: p.event_id)
 
+    def pending_originators(self) -> set[str]:
+        """The client ids that have a pending request (the hub service checks their servers are still there)."""
+        return {p.originator for p in self._pending.values() if p.originator}
+
     def deny_all(self, origin: str | None = None, *, answered_by: str = "kill") -> int:
         """Deny every pending request (of ``origin`` when given). Returns how many."""
         count = 0

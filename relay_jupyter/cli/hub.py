@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--auth-cache", metavar="SECONDS", type=int, default=None,
                    help="how long the hub's answer about a token is reused, 1-300 (default 10): a revoked hub "
                         "token keeps working this long at most")
+    p.add_argument("--server-check", metavar="SECONDS", type=int, default=None,
+                   help="how often the runs of kernels whose single-user server is gone (stopped or killed: its hub "
+                        "token deleted) are ended, 1-300 (default 10)")
     p.set_defaults(func=_cmd_hub_service)
 
 
@@ -36,13 +39,16 @@ def _cmd_hub_service(args: argparse.Namespace) -> int:
     from .serve import broker_config
 
     from ..core.errors import Code, ConfigRefusal
-    from ..server.hub_service import HUB_AUTH_CACHE_SECONDS
+    from ..server.hub_service import HUB_AUTH_CACHE_SECONDS, SERVER_CHECK_SECONDS
 
     cache = HUB_AUTH_CACHE_SECONDS if args.auth_cache is None else args.auth_cache
     if not 1 <= cache <= 300:  # 0 would be HubAuth's "cache forever"
         raise ConfigRefusal(Code.CONFIG_INVALID, "--auth-cache must be 1-300 seconds")
+    check = SERVER_CHECK_SECONDS if args.server_check is None else args.server_check
+    if not 1 <= check <= 300:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--server-check must be 1-300 seconds")
     env = HubEnv.from_env()
     config = broker_config(argparse.Namespace(config=args.config, data_dir=args.data_dir,
                                               secrets_file=args.secrets_file, mcp_config=args.mcp_config,
                                               consent_timeout=None))
-    return run_hub_service(config, env, auth_cache=cache)
+    return run_hub_service(config, env, auth_cache=cache, server_check=check)

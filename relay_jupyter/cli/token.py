@@ -1,4 +1,5 @@
-"""``jupyter relay token rotate | path``: the standalone daemon's TCP bearer token.
+"""``jupyter relay token rotate [--kernel-key [--grace S]] | path``: the standalone daemon's TCP bearer token
+(or its kernel credential key).
 
 The token lives in ``<data dir>/daemon_token`` (0600). ``rotate`` replaces it atomically; a running
 daemon notices within a second, refuses the old token from then on and closes event streams
@@ -11,7 +12,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..server.daemon_auth import rotate_token, token_path
+from ..core.errors import Code, ConfigRefusal
+from ..server.daemon_auth import (KERNEL_KEY_FILE, KERNEL_KEY_GRACE_SECONDS, rotate_kernel_key, rotate_token,
+                                  token_path)
 from ..storage.paths import data_dir, ensure_private_dir
 
 __all__ = ["register"]
@@ -26,6 +29,12 @@ def register(subparsers: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", metavar="PATH", help="default: <jupyter data dir>/relay")
     r = sub.add_parser("rotate", parents=[common], help="replace the token (clients with the old one get 401)")
+    r.add_argument("--kernel-key", action="store_true",
+                   help="rotate the key of the kernels' credentials instead (daemon_kernel_key): kernels registered "
+                        "before keep working for --grace seconds, then need a restart")
+    r.add_argument("--grace", metavar="SECONDS", type=float, default=None,
+                   help="with --kernel-key: how long the previous key's credentials stay valid (default 86400; 0: "
+                        "refused at once, for a key that leaked)")
     r.set_defaults(func=_cmd_rotate)
     w = sub.add_parser("path", parents=[common], help="print where the token file is")
     w.set_defaults(func=_cmd_path)
@@ -36,6 +45,15 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _cmd_rotate(args: argparse.Namespace) -> int:
+    if args.grace is not None and not args.kernel_key:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "--grace is for --kernel-key only")
+    if args.kernel_key:
+        grace = KERNEL_KEY_GRACE_SECONDS if args.grace is None else args.grace
+        key = _root(args) / KERNEL_KEY_FILE
+        rotate_kernel_key(key, grace)
+        print(f"rotated the kernel key in {key}; kernels registered before "
+              + (f"keep working for {grace:g} s, then need a restart" if grace > 0 else "are refused from now on"))
+        return 0
     path = token_path(_root(args))
     rotate_token(path)
     print(f"rotated the daemon token in {path}; clients must read it again")

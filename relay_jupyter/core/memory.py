@@ -631,10 +631,13 @@ class MemoryStore:
     def _public_run(row: dict[str, Any]) -> dict[str, Any]:
         return {k: copy.deepcopy(v) for k, v in row.items() if k != "owner"}
 
-    def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def list_runs(self, *, origin: str | None = None, limit: int = 100,
+                  origin_prefix: str | None = None) -> list[dict[str, Any]]:
         limit = max(0, operator.index(limit))
         with self._lock:
-            rows = [self._public_run(r) for r in reversed(self._runs.values()) if origin is None or r["origin"] == origin]
+            rows = [self._public_run(r) for r in reversed(self._runs.values())
+                    if (origin is None or r["origin"] == origin)
+                    and (origin_prefix is None or r["origin"].startswith(origin_prefix))]
         return rows[:limit]
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
@@ -978,12 +981,13 @@ class MemoryAuditSink:
             self._records.append(stored)
             return stored
 
-    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
-        """The last ``n`` records (oldest first), optionally only those of ``origin``."""
+    def tail(self, n: int = 100, *, origin: str | None = None,
+             where: Callable[[AuditRecord], bool] | None = None) -> list[AuditRecord]:
+        """The last ``n`` records (oldest first), optionally only those of ``origin`` and those ``where`` keeps."""
         if n <= 0:
             return []
         with self._lock:
-            rows = self._records if origin is None else [r for r in self._records if r.origin == origin]
+            rows = [r for r in self._records if (origin is None or r.origin == origin) and (where is None or where(r))]
             return list(rows[-n:])
 
     def close(self) -> None:

@@ -115,7 +115,8 @@ class AuditSink(Protocol):
         """Append and return the record with its sequence number set (from 1, strictly increasing,
         unique across every writer of the same log). Raises StorageUnavailable when it could not be
         recorded: the caller (the gate) then must not run what it could not audit."""
-    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
+    def tail(self, n: int = 100, *, origin: str | None = None,
+             where: Callable[[AuditRecord], bool] | None = None) -> list[AuditRecord]:
         """The last ``n`` records (oldest first), optionally only those of ``origin``. Never blocks
         :meth:`append` for the time of a read."""
     def close(self) -> None:
@@ -210,9 +211,11 @@ class RunJournal(Protocol):
         """Ids of runs without a terminal state, oldest first."""
     def calls_without_outcome(self, run_id: str) -> list[dict[str, Any]]:
         """Calls of ``run_id`` with an intent and no outcome, in intent order."""
-    def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def list_runs(self, *, origin: str | None = None, limit: int = 100,
+                  origin_prefix: str | None = None) -> list[dict[str, Any]]:
         """Newest runs first (without calls): ``{run_id, origin, conversation, state, started_at,
-        finished_at, meta}``."""
+        finished_at, meta}``; ``origin_prefix``: only runs whose origin starts with it (in the store, before
+        the limit)."""
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run as in :meth:`list_runs` plus ``calls`` (intent order, each with ``outcome`` or
         None), or None."""

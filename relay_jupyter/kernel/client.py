@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..core.errors import Code
+from ..protocol.client_names import INSTANCE_HEADER, kernel_instance
 from .errors import AgentError, BrokerUnreachable, RpcError
 
 __all__ = ["MAX_RESPONSE_BYTES", "Endpoint", "RelayClient"]
@@ -34,6 +36,8 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 #: One SSE frame larger than this ends the stream (a broker frame is a few KiB at most).
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 _MAX_HEADER_BYTES = 64 * 1024
+#: This kernel's instance id on a JupyterHub thin server (None elsewhere): its client id there is its own.
+_INSTANCE = kernel_instance(os.environ)
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class RelayClient:
             lines.append(f"Authorization: {self.endpoint.auth}")
         if self.endpoint.kernel_credential:
             lines.append(f"X-Relay-Kernel: {self.endpoint.kernel_credential}")
+        if _INSTANCE:  # a hub thin server's id for this kernel (protocol/client_names.ENV_INSTANCE)
+            lines.append(f"{INSTANCE_HEADER}: {_INSTANCE}")
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         if body is not None:
             lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..protocol.client_names import client_name_for
+from ..protocol.client_names import anonymous_name_for, client_name_for, kernel_instance
 from ..protocol import notebook_identity
 from ..protocol.local import unix_socket_answers
 from ..protocol.notebook_identity import notebook_from_argv, runner_notebook
@@ -92,6 +92,8 @@ async def _start_daemon(path: Path, wait: float) -> None:
 #: kernel process, so one headless notebook's grant and budget never apply to another (issue 19 item 4).
 ANONYMOUS_PREFIX = notebook_identity.ANONYMOUS_PREFIX
 _ANONYMOUS = ANONYMOUS_PREFIX + secrets.token_hex(6)
+if (_instance := kernel_instance(os.environ)) is not None:  # a hub's thin server named this kernel: it can end it
+    _ANONYMOUS = anonymous_name_for(_instance)
 
 
 def is_anonymous_client_name(name: str) -> bool:

@@ -239,6 +239,9 @@ class BudgetGetResult(TypedDict):
 class AuditTailParams(TypedDict, total=False):
     n: int
     origin: str | None
+    origin_prefix: str | None
+    tool: str | None
+    decision: str | None
 
 
 class AuditTailResult(TypedDict):
@@ -282,6 +285,7 @@ class TelemetryQueryResult(TypedDict):
 class RunsListParams(TypedDict, total=False):
     origin: str | None
     limit: int
+    origin_prefix: str | None
 
 
 class RunsListResult(TypedDict):

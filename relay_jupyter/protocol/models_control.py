@@ -120,6 +120,13 @@ class BudgetGetResult(Strict):
 class AuditTailParams(Strict):
     n: int = Field(default=100, ge=1, le=1000)
     origin: str | None = _ORIGIN
+    origin_prefix: str | None = _ORIGIN
+    """Only records whose origin starts with this (``notebook:reports/``; a hub panel's must be under its user's
+    ``user:<name>/``, its default): applied while the log is read, so the n are the newest *matching* ones."""
+    tool: str | None = Field(default=None, min_length=1, max_length=512)
+    """Only records of this tool (exact: ``run_code``, ``model:claude-sonnet-4-5``, ``grant.create``)."""
+    decision: str | None = Field(default=None, min_length=1, max_length=64)
+    """Only records with this decision (exact: ``allow``, ``deny``, ``ok``, ...)."""
 
 
 class AuditTailResult(Strict):
@@ -129,6 +136,9 @@ class AuditTailResult(Strict):
 class RunsListParams(Strict):
     origin: str | None = _ORIGIN
     limit: int = Field(default=100, ge=1, le=1000)
+    origin_prefix: str | None = _ORIGIN
+    """Only runs whose origin starts with this (a hub panel's must be under ``user:<name>/``, its default): applied
+    in the store, so the limit counts matching runs only."""
 
 
 class RunsListResult(Strict):

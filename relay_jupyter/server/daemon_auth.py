@@ -48,6 +48,8 @@ __all__ = [
     "COOLDOWN_BODY",
     "KERNEL_HEADER",
     "KERNEL_KEY_FILE",
+    "KERNEL_KEY_GRACE_SECONDS",
+    "PREVIOUS_KERNEL_KEY_FILE",
     "RESERVED_BODY",
     "RESERVED_PREFIX",
     "TERMINAL_CLIENT",
@@ -290,6 +292,11 @@ class AuthLog:
 
 
 KERNEL_KEY_FILE = "daemon_kernel_key"
+#: The key before the last ``jupyter relay token rotate --kernel-key``, and until when it is still accepted:
+#: ``{"key": ..., "until": <epoch s>}`` (0600). Kernels registered before the rotation keep working that long.
+PREVIOUS_KERNEL_KEY_FILE = "daemon_kernel_key.previous"
+#: How long credentials of the previous kernel key stay valid after a rotation, by default (1 day).
+KERNEL_KEY_GRACE_SECONDS = 86_400
 #: The header a registered kernel sends its daemon credential in (with the bearer token on TCP).
 KERNEL_HEADER = "X-Relay-Kernel"
 #: Client names a daemon reserves for registered kernels: ``X-Relay-Client: kernel:...`` without a credential
@@ -298,6 +305,56 @@ RESERVED_PREFIX = "kernel:"
 _CREDENTIAL_VERSION = "rk1"
 _MAX_CREDENTIAL = 512
 _MAX_CLAIM = 4096
+
+
+def _file_sig(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _read_previous_key(path: Path) -> tuple[bytes, float] | None:
+    """``(key, until)`` from :data:`PREVIOUS_KERNEL_KEY_FILE`, or None (none, unsafe, malformed: fail closed)."""
+    try:
+        raw = read_token(path)
+    except ConfigRefusal:
+        return None
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        key, until = data["key"], float(data["until"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(key, str) or not key or until != until:
+        return None
+    return key.encode("ascii", "replace"), until
+
+
+def rotate_kernel_key(key_path: Path, grace: float = KERNEL_KEY_GRACE_SECONDS, *,
+                      clock: Callable[[], float] = time.time) -> None:
+    """Replace the daemon's kernel key (atomic, 0600); its credentials stay valid ``grace`` seconds more (the old key
+    in :data:`PREVIOUS_KERNEL_KEY_FILE`), none with ``grace`` 0. A running daemon notices at its next verify.
+
+    Raises:
+        ConfigRefusal: the key file is unsafe (see :func:`read_token`), or ``grace`` is negative.
+    """
+    if not grace >= 0:
+        raise ConfigRefusal(Code.CONFIG_INVALID, "the grace period of a kernel key rotation must be >= 0 seconds")
+    key_path = Path(key_path)
+    previous = key_path.with_name(key_path.name + ".previous")
+    old = read_token(key_path)
+    if old is not None and grace > 0:
+        atomic_write_bytes(previous, json.dumps({"key": old.decode("ascii"), "until": clock() + grace}).encode(),
+                           mode=0o600)
+    else:
+        try:
+            previous.unlink()
+        except FileNotFoundError:
+            pass
+    atomic_write_bytes(key_path, _new_token() + b"\n", mode=0o600)
 
 
 def _b64(data: bytes) -> str:
@@ -324,22 +381,51 @@ class KernelRegistry:
       was started again still knows a running kernel's origin; later requests cannot change the origin (it
       is inside the MAC). Written by hand rather than with a token library: one HMAC over two fields, with
       the standard library's ``hmac.compare_digest``.
+
+    Rotation (``jupyter relay token rotate --kernel-key``, :func:`rotate_kernel_key`): a new key is written and
+    the old one kept in :data:`PREVIOUS_KERNEL_KEY_FILE` with a deadline. The daemon re-reads both when a file
+    changes (one ``stat`` each per verify), issues under the new key only and accepts the previous key's
+    credentials until the deadline, so running kernels keep working through a rotation and need a restart only
+    after the grace period; ``--grace 0`` refuses them at once (a key that leaked).
     """
 
-    def __init__(self, key_path: Path, *, log: logging.Logger | None = None) -> None:
+    def __init__(self, key_path: Path, *, log: logging.Logger | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.key_path = Path(key_path)
+        self.previous_path = self.key_path.with_name(self.key_path.name + ".previous")
         if read_token(self.key_path) is None:
             atomic_write_bytes(self.key_path, _new_token() + b"\n", mode=0o600)
         key = read_token(self.key_path)
         assert key is not None
         self._key = key
+        self._clock = clock
+        self._sigs: tuple[Any, Any] = (_file_sig(self.key_path), _file_sig(self.previous_path))
+        self._previous = _read_previous_key(self.previous_path)
         self._log = log or logging.getLogger("relay_jupyter.daemon")
 
-    def _mac(self, body: str) -> str:
-        return _b64(hmac.new(self._key, body.encode("ascii"), hashlib.sha256).digest())
+    def _refresh(self) -> None:
+        """Re-read the key files when either changed (a rotation); a file that became unsafe or unreadable keeps
+        the keys in memory for issuing and, fail closed, accepts no previous key."""
+        sigs = (_file_sig(self.key_path), _file_sig(self.previous_path))
+        if sigs == self._sigs:
+            return
+        self._sigs = sigs
+        try:
+            key = read_token(self.key_path)
+        except ConfigRefusal as exc:
+            self._log.warning("relay: the kernel key file is refused (%s); keeping the key in memory", exc.message)
+            key = None
+        if key is not None and key != self._key:
+            self._key = key
+            self._log.info("relay: the kernel credential key was rotated")
+        self._previous = _read_previous_key(self.previous_path)
+
+    def _mac(self, body: str, key: bytes | None = None) -> str:
+        return _b64(hmac.new(key or self._key, body.encode("ascii"), hashlib.sha256).digest())
 
     def issue(self, origin: str) -> str:
-        """A credential for ``origin``."""
+        """A credential for ``origin`` (under the current key)."""
+        self._refresh()
         body = f"{_CREDENTIAL_VERSION}.{_b64(origin.encode('utf-8', 'surrogatepass'))}"
         return f"{body}.{self._mac(body)}"
 
@@ -347,8 +433,14 @@ class KernelRegistry:
         """The origin ``credential`` was issued for, or None (malformed, tampered, another daemon's key)."""
         if not credential or len(credential) > _MAX_CREDENTIAL or not credential.isascii():
             return None
+        self._refresh()
         body, _, mac = credential.rpartition(".")
-        if not body.startswith(_CREDENTIAL_VERSION + ".") or not hmac.compare_digest(mac, self._mac(body)):
+        if not body.startswith(_CREDENTIAL_VERSION + "."):
+            return None
+        valid = hmac.compare_digest(mac, self._mac(body))
+        if not valid and self._previous is not None and self._clock() < self._previous[1]:
+            valid = hmac.compare_digest(mac, self._mac(body, self._previous[0]))  # within the rotation's grace
+        if not valid:
             return None
         try:
             origin = _unb64(body[len(_CREDENTIAL_VERSION) + 1:]).decode("utf-8", "surrogatepass")

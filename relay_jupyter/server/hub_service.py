@@ -41,6 +41,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -63,6 +64,8 @@ from ..core.errors import Code, ConfigRefusal
 from ..storage.paths import data_dir as default_data_dir
 from ..storage.paths import ensure_private_dir
 from .daemon_auth import CLIENT_NAME, URL_TOKEN_BODY, AuthLog, url_has_credentials
+from ..core.tooling import is_hub_kernel_client
+from ..protocol.client_names import ENV_INSTANCE, INSTANCE_HEADER, anonymous_name_for, is_instance
 from .kernel_auth import ENV_CREDENTIAL, ENV_URL, scrub_env
 from .plain import make_app, refuse, shut_down
 
@@ -73,6 +76,11 @@ __all__ = [
     "HubEnv",
     "HubGate",
     "HubGroupsUnavailable",
+    "HubServersUnavailable",
+    "KernelClients",
+    "SERVER_CHECK_SECONDS",
+    "end_kernels_of_gone_servers",
+    "fetch_user_servers",
     "PANEL_HEADER",
     "ThinKernels",
     "fetch_hub_groups",
@@ -93,6 +101,9 @@ ENV_HUB_SERVICE_URL = "RELAY_HUB_SERVICE_URL"
 #: How long the hub's answer about a token is reused by default (a revoked token works this long at most;
 #: ``jupyter relay hub-service --auth-cache SECONDS``). Short: one hub API call per token per period.
 HUB_AUTH_CACHE_SECONDS = 10
+#: How often the service checks that the users of kernels with live runs still have a server (:class:`KernelClients`;
+#: ``jupyter relay hub-service --server-check SECONDS``).
+SERVER_CHECK_SECONDS = 10
 _SHUTDOWN_GRACE = 5.0
 #: The service's copy of its teams' hub groups (members only, no secret), for the admin commands run as its user
 #: (``jupyter relay audit --team``) that have no hub token of their own.
@@ -190,6 +201,8 @@ class HubGate:
         self._groups: dict[str, frozenset[str]] = {}
         self.hub_groups: dict[str, frozenset[str]] = {}
         """The teams' hub groups as the service last fetched them (:func:`fetch_hub_groups`)."""
+        self.kernel_clients = KernelClients()
+        """The user of each kernel client seen: :func:`end_kernels_of_gone_servers`."""
 
     def groups_of(self, user: str) -> frozenset[str]:
         """The user's hub groups as last seen with one of their tokens (the fresher answer: every request
@@ -249,8 +262,17 @@ class HubGate:
             # this user, none of another's; its client id cannot be a kernel's ('#' is no client-name character)
             return Caller(kind=CallerKind.PANEL, origin=None, client_id=f"user:{name}/#panel:{client}", user=name,
                           origin_prefix=f"user:{name}/")
+        instance = request.headers.get(INSTANCE_HEADER)
+        if instance is not None and not is_instance(instance):
+            refuse(handler, 400, b'{"message": "X-Relay-Instance must be 16 lowercase hex digits"}', _JSON)
+            return None
         origin = hub_origin(name, client)
-        return Caller(kind=CallerKind.DAEMON, origin=origin, client_id=f"user:{name}/{client}", user=name)
+        # a thin server's kernel: its instance id is part of its client id (not of its origin), so two kernels of
+        # one notebook name are two originators and kernel.ended of one touches only its own runs and cards
+        client_id = f"user:{name}/{client}" + (f"#{instance}" if instance else "")
+        if is_hub_kernel_client(client_id):
+            self.kernel_clients.seen(client_id, name)
+        return Caller(kind=CallerKind.DAEMON, origin=origin, client_id=client_id, user=name)
 
     def _has_scope(self, model: Mapping[str, Any]) -> bool:
         from jupyterhub.services.auth import check_scopes
@@ -259,6 +281,129 @@ class HubGate:
         if not isinstance(scopes, list):
             return False
         return bool(check_scopes({self.access_scope}, set(scopes)))
+
+
+class KernelClients:
+    """The user of each kernel client the service has seen (client id -> hub user name; no token is kept).
+
+    Why: a kernel's runs end when its thin server says so (``kernel.ended``), but a server that is killed (SIGKILL,
+    out of memory) says nothing. The hub notices (its poll, ``c.Spawner.poll_interval``) and drops the server from
+    the user's model; :func:`end_kernels_of_gone_servers` asks the hub about the users of kernel clients with live
+    runs. (The server's API token is no sign: JupyterHub 6 keeps it valid after the server stopped.) At most
+    :attr:`MAX` clients, the least recently seen dropped first.
+    """
+
+    MAX = 10_000
+
+    def __init__(self) -> None:
+        self._users: dict[str, str] = {}
+        self._bound: set[str] = set()
+
+    def seen(self, client_id: str, user: str) -> None:
+        self._users.pop(client_id, None)
+        self._users[client_id] = user
+        while len(self._users) > self.MAX:
+            self._bound.discard(old := next(iter(self._users)))
+            del self._users[old]
+
+    def user_of(self, client_id: str) -> str | None:
+        return self._users.get(client_id)
+
+    def bind(self, client_id: str) -> None:
+        """A check saw the client's user with a server while the client had something live: from now on, that user
+        having no server means the client's server is gone. (A client never seen so, such as a script with a
+        personal token or a thin server the hub did not spawn, is never ended by the check.)"""
+        if client_id in self._users:
+            self._bound.add(client_id)
+
+    def bound(self, client_id: str) -> bool:
+        return client_id in self._bound
+
+    def forget(self, client_id: str) -> None:
+        self._users.pop(client_id, None)
+        self._bound.discard(client_id)
+
+
+#: Why a kernel's runs ended when its user has no server any more (the permission.resolved ``reason``).
+SERVER_GONE = "lost its server"
+
+
+class HubServersUnavailable(Exception):
+    """The hub did not say which servers a user has; ``reason`` is one line without the token."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def fetch_user_servers(api_url: str, token: str, user: str, *, timeout: float = 10.0) -> dict[str, Any] | None:
+    """The user's servers as the hub sees them (``GET <api_url>/users/<name>``, its ``servers``: name -> model), or
+    None when the hub has no such user. Blocking (urllib): the service calls it in a thread.
+
+    Raises:
+        HubServersUnavailable: the hub is unreachable, refuses the token, or answers without ``servers`` (the
+            service's role lacks ``read:servers``).
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    base = api_url.rstrip("/")
+    req = urllib.request.Request(f"{base}/users/{urllib.parse.quote(user, safe='')}",
+                                 headers={"Authorization": f"token {token}", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            model = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise HubServersUnavailable(f"the hub answered {exc.code} for user {user[:64]!r}"
+                                    + ("; give the service a role with read:servers" if exc.code == 403 else "")
+                                    ) from None
+    except (OSError, ValueError) as exc:
+        raise HubServersUnavailable(f"the hub API at {base[:120]} is unreachable ({type(exc).__name__})") from None
+    servers = model.get("servers") if isinstance(model, dict) else None
+    if not isinstance(servers, dict):
+        raise HubServersUnavailable("the hub's user model has no servers; give the service a role with read:servers")
+    return servers
+
+
+async def end_kernels_of_gone_servers(broker: Broker, gate: HubGate, api_url: str, token: str
+                                      ) -> dict[str, dict[str, Any]]:
+    """End the runs and withdraw the pending requests of every kernel client whose user has no single-user server
+    any more (stopped, or killed and noticed by the hub's poll), as ``kernel.ended`` would.
+
+    Only the users of kernel clients with something live (an active run or a pending request) are asked about,
+    once per sweep each. A user with any server, running or pending, keeps every client (with named servers the
+    service cannot tell which one a kernel belongs to), and those clients are bound to having a server
+    (:meth:`KernelClients.bind`); a user without one has her *bound* clients ended only. A hub that does not
+    answer changes nothing: nothing is withdrawn on a guess. Returns ``{client_id: what end_kernel did}`` for the clients ended."""
+    from ..broker.kernel_bridge import end_kernel
+
+    live = set(broker.permissions.pending_originators())
+    runs = getattr(broker, "runs", None)
+    if runs is not None:
+        live |= {s["originator"] for s in runs.active_runs() if isinstance(s.get("originator"), str)}
+    by_user: dict[str, list[str]] = {}
+    for client_id in sorted(c for c in live if is_hub_kernel_client(c)):
+        user = gate.kernel_clients.user_of(client_id)
+        if user is not None:
+            by_user.setdefault(user, []).append(client_id)
+    ended: dict[str, dict[str, Any]] = {}
+    for user, clients in sorted(by_user.items()):
+        servers = await asyncio.to_thread(fetch_user_servers, api_url, token, user)  # raises: nothing withdrawn
+        if servers:  # any server of hers, running or pending: her live clients belong to a server
+            for client_id in clients:
+                gate.kernel_clients.bind(client_id)
+            continue
+        for client_id in (c for c in clients if gate.kernel_clients.bound(c)):
+            gate.kernel_clients.forget(client_id)
+            result = end_kernel(broker, client_id, SERVER_GONE)
+            ended[client_id] = result
+            log.info("relay hub service: %s has no server any more: kernel client %s, %d run(s) cancelled, %d "
+                     "permission request(s) withdrawn", user, client_id, len(result["cancelled_runs"]),
+                     len(result["withdrawn"]))
+    return ended
 
 
 def make_hub_auth(env: HubEnv, cache_seconds: int = HUB_AUTH_CACHE_SECONDS) -> Any:
@@ -271,10 +416,14 @@ def make_hub_auth(env: HubEnv, cache_seconds: int = HUB_AUTH_CACHE_SECONDS) -> A
 # --------------------------------------------------------------------------------------- the service process
 
 class _HubService:
-    def __init__(self, config: BrokerConfig, env: HubEnv, auth_cache: int = HUB_AUTH_CACHE_SECONDS) -> None:
+    def __init__(self, config: BrokerConfig, env: HubEnv, auth_cache: int = HUB_AUTH_CACHE_SECONDS,
+                 server_check: int = SERVER_CHECK_SECONDS) -> None:
         self.config = config
         self.env = env
         self.auth_cache = auth_cache
+        self.server_check = server_check
+        self._checking = False
+        self._servers_warned: str | None = None
         self.stopping = asyncio.Event()
 
     async def run(self) -> int:
@@ -327,12 +476,17 @@ class _HubService:
                 loop.add_signal_handler(sig, self.stopping.set)
             pruner = PeriodicCallback(broker.prune_events, _PRUNE_EVERY_MS)
             pruner.start()
+            # a killed single-user server sends no kernel.ended: its kernels' runs end when its token is gone
+            servers_check = PeriodicCallback(lambda: asyncio.ensure_future(self.check_servers(broker, gate)),
+                                             self.server_check * 1000)
+            servers_check.start()
             address = f"http://{self.env.host}:{self.env.port}{self.env.prefix}relay/"
             log.info("relay hub service %r (pid %d, user %s) listening on %s; data in %s", self.env.name,
                      os.getpid(), _login(), address, root)
             print(f"relay hub service listening on {address}", flush=True)
             await self.stopping.wait()
             pruner.stop()
+            servers_check.stop()
             if groups_poll is not None:
                 groups_poll.stop()
             log.info("relay hub service stopping (signal)")
@@ -342,6 +496,24 @@ class _HubService:
             top.removeHandler(handler)
         return 0
 
+
+    async def check_servers(self, broker: Broker, gate: HubGate) -> None:
+        """One sweep of :func:`end_kernels_of_gone_servers` at a time (a slow hub must not pile them up)."""
+        if self._checking:
+            return
+        self._checking = True
+        try:
+            await end_kernels_of_gone_servers(broker, gate, self.env.api_url, self.env.api_token)
+            self._servers_warned = None
+        except HubServersUnavailable as exc:  # one warning per kind of failure; nothing withdrawn
+            if self._servers_warned != exc.reason:
+                self._servers_warned = exc.reason
+                log.warning("relay hub service: cannot see the users' servers (%s); the runs of kernels whose server "
+                            "was killed end by their consent timeout", exc.reason)
+        except Exception:  # a sweep that failed is logged; the next one runs
+            log.warning("relay hub service: checking the kernels' servers failed", exc_info=True)
+        finally:
+            self._checking = False
 
     async def refresh_groups(self, gate: HubGate, root: Path) -> None:
         """Fetch the hub groups named like the service's teams (the service's role needs ``read:groups``),
@@ -374,16 +546,16 @@ def _login() -> str:
 
 
 async def serve_hub_service(config: BrokerConfig, env: HubEnv | None = None, *,
-                            auth_cache: int = HUB_AUTH_CACHE_SECONDS) -> int:
+                            auth_cache: int = HUB_AUTH_CACHE_SECONDS, server_check: int = SERVER_CHECK_SECONDS) -> int:
     """Run the hub service until SIGINT/SIGTERM. Returns the exit status."""
-    return await _HubService(config, env or HubEnv.from_env(), auth_cache).run()
+    return await _HubService(config, env or HubEnv.from_env(), auth_cache, server_check).run()
 
 
 def run_hub_service(config: BrokerConfig, env: HubEnv | None = None, *,
-                    auth_cache: int = HUB_AUTH_CACHE_SECONDS) -> int:
+                    auth_cache: int = HUB_AUTH_CACHE_SECONDS, server_check: int = SERVER_CHECK_SECONDS) -> int:
     """Blocking :func:`serve_hub_service`."""
     hub_env = env or HubEnv.from_env()  # refuse a missing hub environment before anything starts
-    return asyncio.run(serve_hub_service(config, hub_env, auth_cache=auth_cache))
+    return asyncio.run(serve_hub_service(config, hub_env, auth_cache=auth_cache, server_check=server_check))
 
 
 # --------------------------------------------------------------------------------- the thin client (user side)
@@ -434,6 +606,8 @@ def install_thin_kernel_env_hook(kernel_manager: Any, service_url: str, *, token
         env = scrub_env(os.environ if base is None else base, names=names, values=secret_values())
         env.pop(ENV_CREDENTIAL, None)
         env[ENV_URL] = service_url + "relay/"
+        # this kernel's own id at the service (its client id, not its origin): protocol/client_names.ENV_INSTANCE
+        env[ENV_INSTANCE] = secrets.token_hex(8)
         value = token()
         if value:
             env["RELAY_TOKEN"] = value
@@ -454,9 +628,9 @@ class ThinKernels:
     token and the kernel's own ``X-Relay-Client``: the service acts on that client id of that user only).
 
     The kernel's client name is computed from the environment it was started with, as the kernel computes it
-    (``protocol.client_names``: ``RELAY_NOTEBOOK``, else ``JPY_SESSION_NAME``). A kernel started without
-    either names itself with a random ``kernel:anon-…`` this server cannot know: its runs end when the service's
-    requests to it time out (docs/multi-user.md, "not isolated / not built").
+    (``protocol.client_names``: ``RELAY_NOTEBOOK``, else ``JPY_SESSION_NAME``; without either,
+    ``kernel:anon-<its instance>``), and sent with the kernel's instance id (``X-Relay-Instance``): the service's
+    client id of the kernel is both, so ending one kernel never ends another kernel's runs of the same notebook.
     """
 
     def __init__(self, service_url: str, token: Callable[[], str | None]) -> None:
@@ -466,26 +640,37 @@ class ThinKernels:
         self._tasks: set[asyncio.Future[Any]] = set()
 
     def started(self, kernel_id: str, env: Mapping[str, str]) -> None:
-        from ..protocol.client_names import client_name_for, notebook_of_env
+        from ..protocol.client_names import client_name_for, kernel_instance, notebook_of_env
 
+        if not isinstance(kernel_id, str):
+            return
         path = notebook_of_env(env)
-        if path and isinstance(kernel_id, str):
-            self._names[kernel_id] = client_name_for(path)
+        instance = kernel_instance(env)
+        if path:
+            self._names[kernel_id] = (client_name_for(path), instance)
+        elif instance:  # the kernel names itself after its instance (kernel/discovery.py)
+            self._names[kernel_id] = (anonymous_name_for(instance), instance)
 
     def client_name(self, kernel_id: str) -> str | None:
-        return self._names.get(kernel_id)
+        named = self._names.get(kernel_id)
+        return named[0] if named else None
+
+    def instance(self, kernel_id: str) -> str | None:
+        named = self._names.get(kernel_id)
+        return named[1] if named else None
 
     def ended(self, kernel_id: str, reason: str) -> None:
         """The lifecycle hook's ``on_end``: tell the service, in the background (never blocks the kernel action)."""
-        name = self._names.get(kernel_id) if reason == "restarted" else self._names.pop(kernel_id, None)
-        if name is None:
+        named = self._names.get(kernel_id) if reason == "restarted" else self._names.pop(kernel_id, None)
+        if named is None:
             return
-        task = asyncio.ensure_future(self.tell(name, reason))
+        task = asyncio.ensure_future(self.tell(named[0], reason, instance=named[1]))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def tell(self, client_name: str, reason: str) -> dict[str, Any] | None:
-        """POST ``kernel.ended`` for ``client_name``; the result, or None (logged in one line) when it failed."""
+    async def tell(self, client_name: str, reason: str, *, instance: str | None = None) -> dict[str, Any] | None:
+        """POST ``kernel.ended`` for ``client_name`` (and its ``instance``); the result, or None (logged in one line)
+        when it failed."""
         from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
         value = self.token()
@@ -493,11 +678,12 @@ class ThinKernels:
             log.warning("relay: cannot tell the hub service that a kernel %s: no JUPYTERHUB_API_TOKEN", reason)
             return None
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "kernel.ended", "params": {"reason": reason}})
+        headers = {"Authorization": f"token {value}", "X-Relay-Client": client_name, "Content-Type": "application/json"}
+        if instance:
+            headers[INSTANCE_HEADER] = instance
         try:
-            response = await AsyncHTTPClient().fetch(
-                self.rpc_url, method="POST", body=body, request_timeout=30,
-                headers={"Authorization": f"token {value}", "X-Relay-Client": client_name,
-                         "Content-Type": "application/json"})
+            response = await AsyncHTTPClient().fetch(self.rpc_url, method="POST", body=body, request_timeout=30,
+                                                     headers=headers)
             reply = json.loads(response.body)
         except (HTTPClientError, OSError, ValueError) as exc:
             log.warning("relay: telling the hub service that kernel %s %s failed: %s", client_name, reason,

@@ -25,7 +25,7 @@ import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Self
 
@@ -316,8 +316,10 @@ class AuditLog:
         with self._cond:
             return self._seq
 
-    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
-        """The last ``n`` records (oldest first), optionally only those of ``origin``.
+    def tail(self, n: int = 100, *, origin: str | None = None,
+             where: Callable[[AuditRecord], bool] | None = None) -> list[AuditRecord]:
+        """The last ``n`` records (oldest first), optionally only those of ``origin`` and those ``where`` keeps
+        (applied while reading, so the ``n`` are the newest matching ones however many others are newer).
 
         Reads backwards through the live file and then the rotated ones, **without the append
         lock** (appends go on meanwhile; a record is one ``write(2)`` of a whole line, so a reader
@@ -339,6 +341,8 @@ class AuditLog:
                 except ValueError:
                     continue
                 if (origin is not None and record.origin != origin) or record.seq in seen:
+                    continue
+                if where is not None and not where(record):
                     continue
                 seen.add(record.seq)
                 found.append(record)

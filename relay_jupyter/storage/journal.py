@@ -107,14 +107,22 @@ class JournalMixin(SqlStore):
                                    "ORDER BY {seq}"), (run_id,))
         return [_call(r) for r in rows]
 
-    def list_runs(self, *, origin: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Newest runs first (without their calls), optionally only those of ``origin``."""
+    def list_runs(self, *, origin: str | None = None, limit: int = 100,
+                  origin_prefix: str | None = None) -> list[dict[str, Any]]:
+        """Newest runs first (without their calls), optionally only those of ``origin`` and those whose origin
+        starts with ``origin_prefix`` (``substr`` rather than ``LIKE``: no wildcard in a prefix to escape)."""
         limit = max(0, operator.index(limit))
-        if origin is None:
-            rows = self.query(self.sql(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY {{seq}} DESC LIMIT ?"), (limit,))
-        else:
-            rows = self.query(self.sql(f"SELECT {_RUN_COLUMNS} FROM runs WHERE origin = ? ORDER BY {{seq}} DESC LIMIT ?"),
-                              (origin, limit))
+        where: list[str] = []
+        args: list[Any] = []
+        if origin is not None:
+            where.append("origin = ?")
+            args.append(origin)
+        if origin_prefix is not None:
+            where.append("substr(origin, 1, ?) = ?")
+            args += [len(origin_prefix), origin_prefix]
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self.query(self.sql(f"SELECT {_RUN_COLUMNS} FROM runs{clause} ORDER BY {{seq}} DESC LIMIT ?"),
+                          (*args, limit))
         return [_run(r) for r in rows]
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:

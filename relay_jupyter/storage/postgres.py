@@ -619,8 +619,9 @@ class PgAuditMirror:
             log.warning("relay: the database copy of audit record %s failed: %s", stored.seq, exc.message)
         return stored
 
-    def tail(self, n: int = 100, *, origin: str | None = None) -> list[AuditRecord]:
-        return self.local.tail(n, origin=origin)
+    def tail(self, n: int = 100, *, origin: str | None = None,
+             where: Callable[[AuditRecord], bool] | None = None) -> list[AuditRecord]:
+        return self.local.tail(n, origin=origin, where=where)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)

@@ -37,12 +37,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 HUB_VENV = Path(os.environ.get("RELAY_HUB_VENV", "/opt/relay-test/hub-venv"))
 CHP = REPO / "tests" / "peers" / "node_modules" / ".bin" / "configurable-http-proxy"
+#: The built side panel (make labext), which the users' JupyterLab loads through JUPYTER_PATH (the hub venv has
+#: relay's source on PYTHONPATH, not installed, so nothing put it under share/jupyter/labextensions)
+HUB_LABEXTENSION = REPO / "relay_jupyter" / "labextension"
 SERVICE_USER = "relayt-svc"
 USERS = ("relayt-alice", "relayt-bob", "relayt-carol")
 SERVICE = "relay"
 KEY = "sk-ant-hub-service-key-0123456789abcdef"
 #: The service's token cache here (--auth-cache): a revoked token is refused within it (test_hub_service.py)
 AUTH_CACHE = 2
+#: How often the service looks for kernels whose server is gone (--server-check): test_hub_kernel_end.py
+SERVER_CHECK = 2
 
 
 def free_port() -> int:
@@ -150,7 +155,11 @@ class Hub:
         os.chmod(self.shared, 0o755)
         shutil.copytree(REPO / "relay_jupyter", self.shared / "src" / "relay_jupyter",
                         ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
-        subprocess.run(["chmod", "-R", "a+rX", str(self.shared / "src")], check=True)
+        jupyter_path = self.shared / "jupyter-path"
+        if HUB_LABEXTENSION.is_dir():
+            shutil.copytree(HUB_LABEXTENSION, jupyter_path / "labextensions" / "relay-jupyter")
+        jupyter_path.mkdir(exist_ok=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(self.shared / "src"), str(jupyter_path)], check=True)
         self.work = Path(tempfile.mkdtemp(prefix="relay-hub-root-"))  # the hub's own files: root's, 0700
         home = Path(f"/var/lib/{SERVICE_USER}")
         self.service_home = home
@@ -158,7 +167,7 @@ class Hub:
         self.service_data = home / "relay-data"
         settings: dict[str, Any] = {
             "anthropic_base_url": self.fake_base_url, "anthropic_api_key": KEY, "default_model": "claude-test-1",
-            "data_dir": str(self.service_data), "teams": self.teams, "consent_timeout": 30}
+            "data_dir": str(self.service_data), "teams": self.teams, "consent_timeout": 90}
         self.store_password_file: Path | None = None
         if self.store_url:  # PostgreSQL (scram over TCP): the password only in the service user's 0600 file
             self.store_password_file = home / "pg.password"
@@ -167,7 +176,8 @@ class Hub:
         _write_owned(self.service_config, json.dumps(settings), SERVICE_USER)
         cfg = self.work / "jupyterhub_config.py"
         service_cmd = [str(HUB_VENV / "bin" / "python"), "-m", "relay_jupyter.cli", "hub-service",
-                       "--config", str(self.service_config), "--auth-cache", str(AUTH_CACHE)]
+                       "--config", str(self.service_config), "--auth-cache", str(AUTH_CACHE),
+                       "--server-check", str(SERVER_CHECK)]
         cfg.write_text(f"""
 c = get_config()  # noqa
 c.JupyterHub.ip = "127.0.0.1"
@@ -196,17 +206,19 @@ c.JupyterHub.services = [
 c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [{str(HUB_VENV / "bin" / "jupyterhub-singleuser")!r}]
 c.Spawner.args = ["--ServerApp.jpserver_extensions={{'relay_jupyter': True}}"]
-c.Spawner.environment = {{"PYTHONPATH": {str(self.shared / 'src')!r},
+c.Spawner.environment = {{"PYTHONPATH": {str(self.shared / 'src')!r}, "JUPYTER_PATH": {str(jupyter_path)!r},
                          "RELAY_HUB_SERVICE_URL": "{self.url}/services/{SERVICE}/"}}
 c.Spawner.server_token_scopes = ["access:servers!server", "users:activity!user", "access:services!service={SERVICE}"]
 c.Spawner.start_timeout = 180
+c.Spawner.poll_interval = 3  # the hub notices a killed server (and deletes its token) within this
 c.Spawner.http_timeout = 180
 c.JupyterHub.load_roles = [
     {{"name": "relay-test-admin", "services": ["relay-test-admin"],
       "scopes": ["admin:users", "admin:groups", "tokens", "read:users", "admin:servers", "access:servers"]}},
     {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
     # the service reads its teams' hub groups (members) with its own token
-    {{"name": "relay-service", "services": [{SERVICE!r}], "scopes": ["read:groups"]}},
+    # (and its users' servers: a killed server's kernels' runs end when the hub drops it)
+    {{"name": "relay-service", "services": [{SERVICE!r}], "scopes": ["read:groups", "read:servers"]}},
 ]
 c.JupyterHub.load_groups = {{"ml": {{"users": ["relayt-alice", "relayt-bob"]}},
                              "race": {{"users": ["relayt-alice", "relayt-bob"]}}}}

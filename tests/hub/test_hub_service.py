@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 
 from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text, tool_use
 
-from .hub_rig import KEY, SERVICE, Hub, require_peers, run_as, service_cli
+from .hub_rig import HUB_LABEXTENSION, KEY, SERVICE, Hub, require_peers, run_as, service_cli
 
 pytestmark = [pytest.mark.hub, pytest.mark.pg, pytest.mark.slow]
 
@@ -258,24 +259,23 @@ def _kernel_restart_cancels_its_runs_and_withdraws_its_cards(hub: Hub, srv, kc, 
     still answers nothing of it afterwards."""
     import time
 
-    client = "kernel:" + origin.split("/notebook:", 1)[1]  # the kernel's own X-Relay-Client (already fitted)
+    # her panel sees the card (the kernel's client id carries its instance id, which only the kernel and its server know)
     fake.enqueue(Reply(text("I will write."), tool_use("run_code", {"code": "open('restart.txt', 'w').write('x')"})))
-    kc.execute("%%agent\nwrite restart.txt")  # the cell waits on the card
+    kc.execute("%%agent\nwrite restart.txt", allow_stdin=True)  # the cell shows the card and waits (not headless)
     deadline = time.monotonic() + 60
-    while not (pending := hub.rpc(alice, "permission.pending", {}, client=client)["result"]["requests"]):
+    while not (pending := _panel(hub, alice, "permission.pending")["result"]["requests"]):
         assert time.monotonic() < deadline, "no consent card"
         time.sleep(0.2)  # the run reaching its card in the service
     [card] = pending
     [session] = [s for s in srv.api("GET", "api/sessions") if s["path"].endswith("thin.ipynb")]
     srv.api("POST", f"api/kernels/{session['kernel']['id']}/restart")
     deadline = time.monotonic() + 60
-    while (run := hub.rpc(alice, "runs.get", {"run_id": card["run_id"]}, client=client)["result"]["run"])["state"] \
-            == "running":
+    while (run := _panel(hub, alice, "runs.get", {"run_id": card["run_id"]})["result"]["run"])["state"] == "running":
         assert time.monotonic() < deadline, run
         time.sleep(0.2)  # the thin server's kernel.ended reaching the service
     assert run["state"] == "cancelled", run
-    assert hub.rpc(alice, "permission.pending", {}, client=client)["result"]["requests"] == []
-    late = hub.rpc(alice, "permission.answer", {"request_id": card["request_id"], "decision": "allow"}, client=client)
+    assert _panel(hub, alice, "permission.pending")["result"]["requests"] == []
+    late = _panel(hub, alice, "permission.answer", {"request_id": card["request_id"], "decision": "allow"})
     assert late["error"]["data"]["code"] == "CONFLICT", late
     assert not (srv.root / "restart.txt").exists()
 
@@ -400,6 +400,204 @@ def test_a_spawned_users_kernel_reaches_the_service_and_cannot_read_it(hub, toke
         hub.hub_api("DELETE", f"users/{ALICE}/server")
 
 
+class _Cell:
+    """A cell sent to a kernel through the Jupyter server's websocket and left running (a cell waiting on a consent
+    card): :meth:`start` returns once the kernel took it (its ``execute_input``); a thread keeps reading its output
+    until the cell ends or its websocket closes (its server killed), for the failure messages."""
+
+    def __init__(self, url: str, token: str, code: str) -> None:
+        import threading
+
+        self.url, self.token, self.code = url, token, code
+        self.output: list[str] = []
+        self.taken = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self, timeout: float = 60) -> _Cell:
+        self.thread.start()
+        assert self.taken.wait(timeout), f"the kernel did not take the cell: {self.text}"
+        return self
+
+    @property
+    def text(self) -> str:
+        return "".join(self.output)[-2000:]
+
+    def _run(self) -> None:
+        import asyncio
+
+        try:
+            asyncio.run(self._go())
+        except Exception as exc:  # the server killed under it: the output so far stays
+            self.output.append(f"[websocket: {type(exc).__name__}]")
+            self.taken.set()
+
+    async def _go(self) -> None:
+        import uuid
+
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        ws = await websocket_connect(HTTPRequest(self.url, headers={"Authorization": f"token {self.token}"},
+                                                 connect_timeout=60))
+        msg_id = uuid.uuid4().hex
+        try:
+            await ws.write_message(json.dumps({
+                "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex,
+                           "msg_type": "execute_request", "version": "5.3", "date": ""},
+                "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                # allow_stdin as JupyterLab sends it: the kernel shows the card and waits (False is a headless runner)
+                "content": {"code": self.code, "silent": False, "store_history": True, "user_expressions": {},
+                            "allow_stdin": True, "stop_on_error": True}}))
+            while True:
+                raw = await ws.read_message()
+                if raw is None:
+                    return
+                msg = json.loads(raw)
+                if msg.get("channel") != "iopub" or msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                kind, content = msg["msg_type"], msg["content"]
+                if kind == "execute_input":
+                    self.taken.set()
+                elif kind == "stream":
+                    self.output.append(content["text"])
+                elif kind in ("display_data", "update_display_data", "execute_result"):
+                    data = content.get("data", {})
+                    self.output.append(str(data.get("text/markdown") or data.get("text/plain") or ""))
+                elif kind == "error":
+                    self.output.append("\n".join(content["traceback"])[-2000:])
+                elif kind == "status" and content["execution_state"] == "idle":
+                    return
+        finally:
+            ws.close()
+
+
+def _panel(hub: Hub, token: str, method: str, params: dict | None = None) -> dict:
+    """One RPC as the user's side panel (what her server's panel proxy sends): it sees all her origins."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}).encode()
+    status, raw = hub.request("rpc", token=token, body=body, client="test", headers={"X-Relay-Panel": "1"})
+    assert status == 200, (status, raw[:500])
+    return json.loads(raw)
+
+
+def test_a_kernels_end_withdraws_its_own_runs_anonymous_shared_name_and_killed_server(hub, tokens, fake) -> None:
+    """Kernel lifetime on a hub, the three gaps of issue 15 (docs/multi-user.md, "Kernel lifetime"), on a real
+    spawned server as alice:
+
+    - a kernel started without a notebook (``/api/kernels``, no session): the thin server gave it its instance id,
+      so it is ``kernel:anon-<instance>`` and its shutdown cancels its run and withdraws its card;
+    - two kernels whose sessions have one notebook name (``JPY_SESSION_NAME`` equal: one origin): shutting one
+      down ends its own run only, the other's card stays pending and its run running;
+    - the server itself SIGKILLed (no ``kernel.ended`` at all): the hub's poll deletes its token, and the service,
+      checking the servers of kernels with live runs, cancels the surviving kernel's run and withdraws its card;
+      a late Approve is ``CONFLICT`` and nothing is written.
+    """
+    import signal
+    import time
+    import urllib.request
+
+    from .hub_rig import pids_of
+
+    panel_token = tokens[ALICE]  # her own token (not the server's): it outlives the server
+
+    def wait(what: str, check, timeout: float = 90, describe=lambda: ""):
+        deadline = time.monotonic() + timeout
+        while not (value := check()):
+            assert time.monotonic() < deadline, f"{what} {describe()}"
+            time.sleep(0.3)  # the service acting on a kernel's end, or the hub on a killed server
+        return value
+
+    def cancelled(what: str, card: dict, timeout: float = 90) -> None:
+        run = lambda: _panel(hub, panel_token, "runs.get", {"run_id": card["run_id"]})["result"]["run"]  # noqa: E731
+        wait(what, lambda: run()["state"] == "cancelled", timeout, describe=lambda: f"run {run()}")
+
+    def pending() -> dict[str, dict]:
+        return {r["request_id"]: r for r in _panel(hub, panel_token, "permission.pending")["result"]["requests"]}
+
+    def run_state(run_id: str) -> str:
+        return _panel(hub, panel_token, "runs.get", {"run_id": run_id})["result"]["run"]["state"]
+
+    def new_card(before: dict[str, dict]) -> dict:
+        fresh = wait("no new consent card", lambda: [r for i, r in pending().items() if i not in before])
+        assert len(fresh) == 1, fresh
+        return fresh[0]
+
+    status, reply = hub.hub_api("POST", f"users/{ALICE}/server")
+    assert status in (201, 202), (status, reply)
+    try:
+        wait("alice's server never became ready", lambda: (hub.hub_api("GET", f"users/{ALICE}")[1] or {})
+             .get("servers", {}).get("", {}).get("ready"), timeout=180)
+        token = hub.token(ALICE, [ACCESS, f"access:servers!user={ALICE}"])
+        base = f"{hub.url}/user/{ALICE}/api/"
+
+        def api(verb: str, path: str, body: dict | None = None):
+            req = urllib.request.Request(base + path, method=verb, data=json.dumps(body).encode() if body else None,
+                                         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                raw = resp.read()
+                return json.loads(raw) if raw else None
+
+        # two sessions, one notebook name (JupyterLab names a notebook's console session the same way)
+        k1 = api("POST", "sessions", {"path": "one.ipynb", "type": "notebook", "name": "same.ipynb",
+                                      "kernel": {"name": "python3"}})["kernel"]["id"]
+        k2 = api("POST", "sessions", {"path": "two.ipynb", "type": "notebook", "name": "same.ipynb",
+                                      "kernel": {"name": "python3"}})["kernel"]["id"]
+        k3 = api("POST", "kernels", {"name": "python3"})["id"]  # no session: no notebook path at all
+        ws = {k: f"ws://127.0.0.1:{hub.port}/user/{ALICE}/api/kernels/{k}/channels" for k in (k1, k2, k3)}
+        origins = {}
+        for k in (k1, k2, k3):
+            [out] = _ws_execute(ws[k], token, ["%load_ext relay_jupyter\ng = relay.connect(['*'])\n"
+                                               "print('ORIGIN', g['origin'])"])
+            origins[k] = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("ORIGIN "))
+        assert origins[k1] == origins[k2] and origins[k1].endswith("same.ipynb"), origins
+        assert origins[k3].startswith(f"user:{ALICE}/notebook:anon-"), origins
+
+        def agent(k: str, chat: str, name: str) -> dict:
+            before = pending()
+            fake.enqueue(Reply(text("I will write."), tool_use("run_code", {"code": f"open('{name}', 'w').write('x')"})))
+            cell = _Cell(ws[k], token, f"%%agent --chat {chat}\nwrite {name}").start()
+            try:
+                return new_card(before)
+            except AssertionError:
+                raise AssertionError(f"no card from {chat}: the cell shows {cell.text!r}; runs "
+                                     f"{_panel(hub, panel_token, 'runs.list', {})}; fake requests "
+                                     f"{len(fake.requests)}") from None
+
+        # (a) the anonymous kernel: its shutdown reaches the service under the name the thin server gave it
+        card3 = agent(k3, "c3", "anon.txt")
+        assert card3["origin"] == origins[k3]
+        api("DELETE", f"kernels/{k3}")
+        cancelled("the anonymous kernel's run was not cancelled", card3)
+        assert card3["request_id"] not in pending()
+
+        # (c) one notebook name, two kernels: ending the first ends its run only
+        card2 = agent(k2, "c2", "second.txt")
+        card1 = agent(k1, "c1", "first.txt")
+        assert card1["origin"] == card2["origin"] and card1["originator"] != card2["originator"]
+        [s1] = [s for s in api("GET", "sessions") if s["kernel"]["id"] == k1]
+        api("DELETE", f"sessions/{s1['id']}")  # shuts k1 down
+        cancelled("the first kernel's run was not cancelled", card1)
+        assert card1["request_id"] not in pending()
+        assert card2["request_id"] in pending() and run_state(card2["run_id"]) == "running"
+
+        # (b) the server SIGKILLed: no kernel.ended; the hub's poll deletes its token, the service notices
+        [server_pid] = [pid for pid in pids_of(ALICE)
+                        if b"jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        os.kill(server_pid, signal.SIGKILL)
+        cancelled("the killed server's kernel's run was not cancelled", card2)
+        assert card2["request_id"] not in pending()
+        late = _panel(hub, panel_token, "permission.answer", {"request_id": card2["request_id"], "decision": "allow"})
+        assert late["error"]["data"]["code"] == "CONFLICT", late
+        home = Path(f"/home/{ALICE}")
+        assert not any((home / n).exists() for n in ("anon.txt", "first.txt", "second.txt"))
+    finally:
+        hub.hub_api("DELETE", f"users/{ALICE}/server")
+        for pid in pids_of(ALICE):  # the killed server's kernels outlive it (orphans of this test)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 @pytest.fixture
 def jp_asyncio_loop():
     """pytest-jupyter's autouse loop fixture would take (and close) the loop sync Playwright runs in
@@ -418,10 +616,12 @@ _CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
 
 
 @pytest.mark.browser
-def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub, fake) -> None:
+def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub, tokens, fake) -> None:
     """A person: logs in to the hub as alice (dummy authenticator), the hub spawns her JupyterLab (a thin client
     of the service), her notebook's %%agent asks to run code, she clicks Connect then Approve on the card: her
-    kernel (her OS user) writes the file."""
+    kernel (her OS user) writes the file. Then her side panel (through her server's panel proxy,
+    server/hub_panel_proxy.py): the next run's card is listed there, Approve in the panel completes the run, and
+    bob's panel (his token as his server's proxy sends it) lists none of it."""
     import os
     import pwd
 
@@ -435,7 +635,8 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
     alice = pwd.getpwnam(ALICE)
     target = home / "hub-approve.txt"
     notebook = home / "hub-approve.ipynb"
-    cells = ["%load_ext relay_jupyter", "%%agent\nwrite hub-approve.txt"]
+    panel_target = home / "hub-panel.txt"
+    cells = ["%load_ext relay_jupyter", "%%agent\nwrite hub-approve.txt", "%%agent\nwrite hub-panel.txt"]
     notebook.write_text(json.dumps({
         "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
                    "source": src} for i, src in enumerate(cells)],
@@ -444,7 +645,10 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
     os.chown(notebook, alice.pw_uid, alice.pw_gid)
     fake.enqueue(Reply(text("I will write the file."),
                        tool_use("run_code", {"code": "open('hub-approve.txt', 'w').write('written through the hub')"})),
-                 Reply(text("Finished with hub-approve.txt.")))
+                 Reply(text("Finished with hub-approve.txt.")),
+                 Reply(text("Writing through the panel."),
+                       tool_use("run_code", {"code": "open('hub-panel.txt', 'w').write('approved in the panel')"})),
+                 Reply(text("Finished with hub-panel.txt.")))
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=_CHROMIUM_ARGS)
@@ -476,11 +680,30 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
                 approve.click()
                 page.get_by_text("Finished with hub-approve.txt.").wait_for(timeout=60_000)
                 assert page.get_by_text("Approved by you (click)").count() >= 1
+                # the side panel on the hub: the third cell's card is there, and Approve there completes the run
+                page.locator(".jp-Cell").nth(2).locator(".jp-InputArea-editor").click()
+                page.keyboard.press("Shift+Enter")
+                panel = page.locator("#relay-jupyter-panel")
+                assert HUB_LABEXTENSION.is_dir(), "the side panel is not built: make labext"
+                page.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click()
+                panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
+                in_panel = panel.locator("button:visible", has_text="Approve")
+                in_panel.first.wait_for(timeout=60_000)
+                bobs = _panel(hub, tokens[BOB], "permission.pending")["result"]["requests"]
+                alices = _panel(hub, tokens[ALICE], "permission.pending")["result"]["requests"]
+                assert len(alices) == 1 and alices[0]["origin"].startswith(f"user:{ALICE}/"), alices
+                assert all(r["request_id"] != alices[0]["request_id"] and not r["origin"].startswith(f"user:{ALICE}/")
+                           for r in bobs), bobs  # bob's panel does not see her card
+                page.screenshot(path=str(artifacts / "hub-panel-card.png"), full_page=True)
+                in_panel.first.click()
+                page.get_by_text("Finished with hub-panel.txt.").wait_for(timeout=60_000)
+                assert _panel(hub, tokens[ALICE], "permission.pending")["result"]["requests"] == []
             finally:
                 page.screenshot(path=str(artifacts / "hub-after.png"), full_page=True)
                 browser.close()
         assert target.read_text() == "written through the hub"
         assert target.stat().st_uid == alice.pw_uid  # written by her kernel, as her
+        assert panel_target.read_text() == "approved in the panel" and panel_target.stat().st_uid == alice.pw_uid
     finally:
         hub.hub_api("DELETE", f"users/{ALICE}/server")
 

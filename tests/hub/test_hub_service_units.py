@@ -69,6 +69,14 @@ def test_the_thin_client_names_each_kernel_as_the_kernel_names_itself(monkeypatc
     assert kernels.client_name("k2") == notebook_client_name()
     assert kernels.client_name("k3") is None
     kernels.ended("k3", "shut down")  # unknown: nothing scheduled (no loop is even needed)
+    # a kernel the thin server started has an instance id: without a notebook it is kernel:anon-<instance>, which
+    # the server knows too; two kernels of one notebook are told apart by their instances
+    kernels.started("k4", {"RELAY_KERNEL_INSTANCE": "0123456789abcdef"})
+    kernels.started("k5", {"JPY_SESSION_NAME": path, "RELAY_KERNEL_INSTANCE": "fedcba9876543210"})
+    assert (kernels.client_name("k4"), kernels.instance("k4")) == ("kernel:anon-0123456789ab", "0123456789abcdef")
+    assert (kernels.client_name("k5"), kernels.instance("k5")) == (kernels.client_name("k1"), "fedcba9876543210")
+    kernels.started("k6", {"RELAY_KERNEL_INSTANCE": "not-hex"})  # malformed: ignored, as the kernel ignores it
+    assert kernels.client_name("k6") is None
 
 
 def test_thin_client_url_from_config_or_environment() -> None:
@@ -165,3 +173,53 @@ def test_the_services_copy_of_its_hub_groups_is_private_and_a_dead_hub_is_one_li
     assert secret not in err.value.reason and "\n" not in err.value.reason
     with pytest.raises(HubGroupsUnavailable):  # a hub token set: never a silent fallback to the copy
         hub_group_members("ml", tmp_path, environ={"JUPYTERHUB_API_URL": dead, "JUPYTERHUB_API_TOKEN": secret})
+
+
+def test_the_users_servers_come_from_the_hub_api_and_no_answer_is_never_a_guess() -> None:
+    """``fetch_user_servers`` (what the service asks before ending a killed server's kernels' runs): the servers of a
+    user, None for a user the hub does not have, and an error (never "no servers") for a hub that refuses the
+    service (no ``read:servers``: a model without ``servers``, or 403) or does not answer."""
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from relay_jupyter.server.hub_service import HubServersUnavailable, fetch_user_servers
+
+    models = {"alice": {"name": "alice", "servers": {"": {"ready": True}}}, "bob": {"name": "bob", "servers": {}},
+              "carol": {"name": "carol"}}
+    seen_tokens: list[str] = []
+
+    class Hub(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            seen_tokens.append(self.headers.get("Authorization", ""))
+            name = self.path.rsplit("/", 1)[1]
+            if name == "dave":
+                self.send_response(403)
+                self.end_headers()
+                return
+            body = _json.dumps(models[name]).encode() if name in models else None
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        api = f"http://127.0.0.1:{server.server_address[1]}/hub/api"
+        assert fetch_user_servers(api, "svc-token", "alice") == {"": {"ready": True}}
+        assert fetch_user_servers(api, "svc-token", "bob") == {}  # no server left: her kernels' runs end
+        assert fetch_user_servers(api, "svc-token", "nobody") is None
+        for refused in ("carol", "dave"):  # the service's role lacks read:servers
+            with pytest.raises(HubServersUnavailable) as err:
+                fetch_user_servers(api, "svc-token", refused)
+            assert "read:servers" in err.value.reason and "svc-token" not in err.value.reason
+        assert set(seen_tokens) == {"token svc-token"}
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(HubServersUnavailable):  # nobody listens there any more
+        fetch_user_servers(api, "svc-token", "alice", timeout=5)

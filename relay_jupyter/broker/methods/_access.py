@@ -87,6 +87,21 @@ class Request:
         user's panel that names no origin, whose rows :meth:`keep` then picks from the service's newest ``most``."""
         return most if self.origin is None and self.caller.kind is CallerKind.PANEL else limit
 
+    def prefix(self, asked: str | None) -> str | None:
+        """The origin prefix a list method filters by in its store: ``asked``, which for a hub user's panel must lie
+        under its ``user:<name>/`` (else UNAUTHORIZED) and defaults to it, so the store finds her rows however many
+        of others' are newer.
+
+        Raises:
+            GateRefusal: UNAUTHORIZED for a panel asking another user's prefix.
+        """
+        own = self.caller.origin_prefix if self.caller.kind is CallerKind.PANEL else None
+        if asked is None:
+            return own
+        if own is not None and not asked.startswith(own):
+            raise GateRefusal(Code.UNAUTHORIZED, "a hub user's panel lists only her own origins (user:<name>/...)")
+        return asked
+
     def keep(self, rows: Any) -> list[Any]:
         """``rows`` (dicts or records with an ``origin``) within this call's scope: a list method's answer."""
         if self.origin is not None or self.caller.kind is CallerKind.BROWSER:

@@ -7,6 +7,9 @@ origin's (or the one it names).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+
+from ...core.types import AuditRecord
 
 from ...protocol.models_control import AuditTailParams, AuditTailResult
 from ...protocol.names import Method
@@ -16,7 +19,6 @@ __all__ = ["ACCESS", "rpc"]
 
 ACCESS = NOTEBOOK
 rpc = Namespace(ACCESS, "audit")
-_MOST = 1000  # AuditTailParams.n's maximum
 
 
 @rpc.method(Method.AUDIT_TAIL, AuditTailParams, AuditTailResult, scope=Scope.ANY,
@@ -24,5 +26,18 @@ _MOST = 1000  # AuditTailParams.n's maximum
 async def audit_tail(req: Request, params: AuditTailParams) -> AuditTailResult:
     # a worker thread: reading a big log is file I/O that must not stall the loop (issue 18); the
     # log's tail takes no lock an append needs (storage/audit_log.py)
-    records = await asyncio.to_thread(req.broker.audit.tail, req.reach(params.n, _MOST), origin=req.origin)
+    prefix = req.prefix(params.origin_prefix)
+    where = _matcher(prefix, params.tool, params.decision)  # while the log is read: n counts matching records only
+    records = await asyncio.to_thread(req.broker.audit.tail, params.n, origin=req.origin, where=where)
     return AuditTailResult(records=req.keep(records)[-params.n:])
+
+
+def _matcher(prefix: str | None, tool: str | None, decision: str | None) -> Callable[[AuditRecord], bool] | None:
+    if prefix is None and tool is None and decision is None:
+        return None
+
+    def where(record: AuditRecord) -> bool:
+        return ((prefix is None or record.origin.startswith(prefix)) and (tool is None or record.tool == tool)
+                and (decision is None or record.decision == decision))
+
+    return where

@@ -97,8 +97,9 @@ async def run_cancel(req: Request, params: RunCancelParams) -> RunCancelResult:
 @rpc.method(Method.RUNS_LIST, RunsListParams, RunsListResult, scope=Scope.ANY,
             doc="Runs from the journal, newest first: a kernel sees its own origin's.")
 async def runs_list(req: Request, params: RunsListParams) -> RunsListResult:
-    rows = req.keep(req.broker.store.list_runs(origin=req.origin, limit=req.reach(params.limit, 1000)))
-    return RunsListResult(runs=rows[:params.limit])  # newest first; 1000: RunsListParams.limit's maximum
+    prefix = req.prefix(params.origin_prefix)  # in the store: the limit counts matching runs only
+    rows = req.keep(req.broker.store.list_runs(origin=req.origin, limit=params.limit, origin_prefix=prefix))
+    return RunsListResult(runs=rows[:params.limit])  # newest first
 
 
 @rpc.method(Method.RUNS_GET, RunsGetParams, RunsGetResult, scope=Scope.ANY, doc="One run with its calls.")
