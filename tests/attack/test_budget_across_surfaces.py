@@ -62,24 +62,19 @@ def rig(tmp_path_factory: pytest.TempPathFactory):
         def start(i: int) -> None:
             daemons[i] = start_daemon(roots[i], "--listen", "tcp://127.0.0.1:0", "--config", str(config))
 
-        _in_parallel([lambda i=i: grant(i) for i in range(len(CLIENTS))])
+        for i in range(len(CLIENTS)):
+            grant(i)
         assert all(d.returncode == 0 for d in done), [d.stderr for d in done]
-        _in_parallel([lambda i=i: start(i) for i in range(len(roots))])
-        try:
+        try:  # one after the other: on a loaded machine two at once only make each slower
+            for i in range(len(roots)):
+                start(i)
             assert all(daemons), "a daemon did not start"
-            yield SimpleNamespace(daemons=daemons, fake_a=fake_a, fake_o=fake_o, token=daemons[0].token())
+            token = daemons[0].token()  # one data dir, one token
+            yield SimpleNamespace(daemons=daemons, fake_a=fake_a, fake_o=fake_o, tokens=[token, token])
         finally:
             for d in daemons:
                 if d is not None:
                     d.stop()
-
-
-def _in_parallel(calls: list[Any]) -> None:
-    threads = [threading.Thread(target=c) for c in calls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
 
 
 def test_one_day_budget_holds_across_the_rpc_and_both_model_endpoints(rig) -> None:
@@ -94,13 +89,14 @@ def test_one_day_budget_holds_across_two_daemons_on_one_data_dir_and_all_three_d
 
 
 def _race(rig: SimpleNamespace, *, brokers: int, client: str) -> None:
-    fake_a, fake_o, token = rig.fake_a, rig.fake_o, rig.token
+    fake_a, fake_o = rig.fake_a, rig.fake_o
     daemons: list[Daemon] = rig.daemons[:brokers]
     seen_a, seen_o = len(fake_a.requests), len(fake_o.requests)
     headers = {"X-Relay-Client": client}
-    a_clients = [anthropic.Anthropic(api_key=token, base_url=f"http://127.0.0.1:{d.port}/relay/anthropic",
+    token = dict(zip(map(id, daemons), rig.tokens))  # each daemon's own token (its data dir's)
+    a_clients = [anthropic.Anthropic(api_key=token[id(d)], base_url=f"http://127.0.0.1:{d.port}/relay/anthropic",
                                      default_headers=headers, max_retries=0, timeout=60) for d in daemons]
-    o_clients = [openai.OpenAI(api_key=token, base_url=f"http://127.0.0.1:{d.port}/relay/openai/v1",
+    o_clients = [openai.OpenAI(api_key=token[id(d)], base_url=f"http://127.0.0.1:{d.port}/relay/openai/v1",
                                default_headers=headers, max_retries=0, timeout=60) for d in daemons]
     outcomes: list[tuple[str, str]] = []
     run_ids: list[tuple[Daemon, str]] = []
@@ -131,7 +127,7 @@ def _race(rig: SimpleNamespace, *, brokers: int, client: str) -> None:
 
     def via_rpc(n: int) -> None:
         go.wait()
-        answer = _rpc(daemons[n % brokers], token, "run.start", client=client, params={
+        answer = _rpc(daemons[n % brokers], token[id(daemons[n % brokers])], "run.start", client=client, params={
             "conversation": f"race{n}", "prompt": "spend", "model": MODEL_A, "max_tokens": 400, "mode": "full"})
         with lock:
             if "result" in answer:
@@ -152,14 +148,14 @@ def _race(rig: SimpleNamespace, *, brokers: int, client: str) -> None:
     deadline = time.monotonic() + 90
     runs: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        runs = [_rpc(d, token, "runs.get", {"run_id": r}, client)["result"]["run"] for d, r in run_ids]
+        runs = [_rpc(d, token[id(d)], "runs.get", {"run_id": r}, client)["result"]["run"] for d, r in run_ids]
         if all(r["state"] not in ("running", "pending", "waiting") for r in runs):
             break
         time.sleep(0.2)
     states = [r["state"] for r in runs]
     assert all(s in ("done", "budget_exhausted") for s in states), states
 
-    usage = _rpc(daemons[-1], token, "budget.get", {}, client)["result"]["usage"]
+    usage = _rpc(daemons[-1], token[id(daemons[-1])], "budget.get", {}, client)["result"]["usage"]
 
     others = [o for o in outcomes if o[1] not in ("ok", "BUDGET_EXCEEDED")]
     assert not others, others
@@ -175,10 +171,57 @@ def _race(rig: SimpleNamespace, *, brokers: int, client: str) -> None:
 
 
 def _rpc(daemon: Daemon, token: str, method: str, params: dict[str, Any], client: str) -> dict[str, Any]:
-    """One JSON-RPC call as ``client`` (the token of the shared data dir: a second daemon's own root holds
-    none)."""
+    """One JSON-RPC call as ``client`` with ``token`` (a daemon on a shared data dir has none in its own root)."""
     conn = daemon.connect()
     try:
         return conn.rpc(method, params, {"Authorization": f"Bearer {token}", "X-Relay-Client": client})
     finally:
         conn.close()
+
+
+@pytest.fixture
+def pg_rig(postgres_db, tmp_path: Path):
+    """Two daemons of one user, each with its own data dir (its own token, audit log, socket) and one
+    PostgreSQL ``store_url`` (docs/multi-user.md): the ledger they share is the database's."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    from relay_jupyter.core.grants import GrantBook
+    from relay_jupyter.core.types import Budget, Grant
+    from relay_jupyter.storage.postgres import PostgresStore
+
+    url, password_file = postgres_db
+    with PostgresStore.open(url, password_file=password_file, namespace="carol") as store:
+        GrantBook(store).issue(Grant(origin=f"daemon:{CLIENTS[0]}", tools=frozenset({"*"}), models=frozenset({"*"}),
+                                     consent_id="terminal",
+                                     budget=Budget(requests_per_minute=None, tokens_per_day=LIMIT,
+                                                   cost_per_day_usd=None, max_steps_per_run=None,
+                                                   max_tokens_per_run=None)))
+    slow = dict(usage=ABSURD, first_token_delay=0.4)
+    with FakeAnthropic(api_key=KEY_A, models=(MODEL_A,), default=Reply(text("spent"), **slow)) as fake_a, \
+            FakeOpenAI(api_key=KEY_O, models=(MODEL_O,), default=Reply(text("spent"), **slow)) as fake_o:
+        daemons: list[Daemon | None] = [None, None]
+
+        def start(i: int) -> None:
+            root = tmp_path / f"broker{i}"
+            root.mkdir()
+            config = root / "broker.json"
+            config.write_text(json.dumps({
+                "data_dir": str(root / "relay"), "store_url": url, "store_password_file": str(password_file),
+                "user": "carol", "anthropic_api_key": KEY_A, "anthropic_base_url": fake_a.base_url,
+                "openai_api_key": KEY_O, "openai_base_url": fake_o.base_url, "default_model": MODEL_A}))
+            daemons[i] = start_daemon(root, "--listen", "tcp://127.0.0.1:0", "--config", str(config))
+
+        try:
+            for i in range(2):
+                start(i)
+            assert all(daemons), "a daemon did not start"
+            tokens = [(tmp_path / f"broker{i}" / "relay" / "daemon_token").read_text().strip() for i in range(2)]
+            yield SimpleNamespace(daemons=daemons, fake_a=fake_a, fake_o=fake_o, tokens=tokens)
+        finally:
+            for d in daemons:
+                if d is not None:
+                    d.stop()
+
+
+@pytest.mark.pg
+def test_one_day_budget_holds_across_two_daemons_on_one_postgresql_store_and_all_three_doors(pg_rig) -> None:
+    _race(pg_rig, brokers=2, client=CLIENTS[0])
