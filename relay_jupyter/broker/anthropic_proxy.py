@@ -213,7 +213,7 @@ class AnthropicProxy(GatedProxy):
         # then left by an exception would be charged in full when it expires
         meter = _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),
                                 tool_filter=_tool_filter(self._tool_policy(origin, model)))
-        reservation = self._reserve(origin, model, estimate, profile, run=run, asked_output=asked)
+        reservation = await self._reserve(origin, model, estimate, profile, run=run, asked_output=asked)
         return await self._forward(f"{url}/v1/messages", body, params, headers, key, reservation, model, meter,
                                    observed=observed, profile=profile, run=run)
 

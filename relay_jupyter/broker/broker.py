@@ -201,11 +201,46 @@ class Broker:
         self.prune_events()
 
     async def _maintain(self) -> None:
+        from ..runtime.offload import off_loop
+
         ttl = float(self.store.lease_ttl or self.config.lease_ttl)
         while True:
             problem = self.storage_problem() is not None
             await asyncio.sleep(self.config.storage_check_interval if problem else ttl / 3)
-            self.check_storage()
+            # check_storage's store calls on a store thread (runtime/offload.py: a database that is locked or
+            # down stalls this step, not the broker); recovery, which emits events, on the loop
+            try:
+                if await off_loop(self._probe_and_repair):
+                    self.runs.recover()
+                await off_loop(self._charge_dead)
+            except Exception:
+                log.exception("relay: storage maintenance failed")
+
+    def _probe_and_repair(self) -> bool:
+        """The first half of :meth:`check_storage`: True when runs or permission requests of a dead broker
+        wait for recovery."""
+        try:
+            self.store.probe_write()
+        except StoreError:
+            return False
+        if self.storage_problem() is not None or self.runs is None:
+            return False
+        try:
+            self.runs.repair()
+            return bool(self.store.runs_to_recover() or self.store.pending_permissions(live=self.store.live_owners()))
+        except StoreError as exc:
+            log.warning("relay: storage maintenance failed: %s", exc.message)
+            return False
+
+    def _charge_dead(self) -> None:
+        """The second half of :meth:`check_storage`: a dead broker's holds charged, its lease forgotten."""
+        if self.storage_problem() is not None:
+            return
+        try:
+            self.store.charge_dead_holds()
+            self.store.forget_dead_leases()
+        except StoreError as exc:
+            log.warning("relay: storage maintenance failed: %s", exc.message)
 
     def _live_gauges(self) -> dict[str, float]:
         active = len(self.events.active_runs)

@@ -35,6 +35,7 @@ from ..core.budgets import RequestEstimate, Reservation, RunBudget
 from ..core.errors import Code, GateRefusal
 from ..core.redact import mask_secret_text
 from ..core.types import Usage
+from ..runtime.offload import off_loop, off_loop_or_undo
 
 __all__ = ["CEILING_CHARS_PER_TOKEN", "CEILING_SLACK_CHARS", "MAX_BODY_BYTES", "MAX_SSE_EVENT_BYTES", "GatedProxy",
            "Meter", "ProxyError", "ProxyResponse", "anthropic_error_body", "invalid", "openai_error_body",
@@ -427,15 +428,18 @@ class GatedProxy:
 
         return ToolPolicy(frozenset(allowed), refused)
 
-    def _reserve(self, origin: str, model: str, estimate: RequestEstimate, profile: str | None = None, *,
-                 run: RunBudget | None = None, asked_output: int | None = None) -> Reservation:
+    async def _reserve(self, origin: str, model: str, estimate: RequestEstimate, profile: str | None = None, *,
+                       run: RunBudget | None = None, asked_output: int | None = None) -> Reservation:
         """``run``: the caps of the one run this request belongs to (an engine's run, broker/engine_endpoint.py):
         the gate checks its step and token caps with the reservation, as for the built-in loop. ``asked_output``:
-        the client's own ``max_tokens`` when relay lowered it to fit the budgets (audited)."""
+        the client's own ``max_tokens`` when relay lowered it to fit the budgets (audited).
+
+        On a store thread (runtime/offload.py): a budget row another broker holds locked stalls this request,
+        not the broker; a request cancelled meanwhile releases the hold it got (never sent)."""
         purpose = "proxy" if profile is None else f"proxy:{profile}"  # the audit names the profile used
         try:
-            return self.broker.gate.begin_completion(origin, model, estimate=estimate, purpose=purpose, run=run,
-                                                     asked_output=asked_output)
+            return await off_loop_or_undo(lambda r: r.release(), self.broker.gate.begin_completion, origin, model,
+                                          estimate=estimate, purpose=purpose, run=run, asked_output=asked_output)
         except GateRefusal as exc:
             raise refusal(exc) from None
 
@@ -497,7 +501,7 @@ class GatedProxy:
         try:
             resp = await client.send(request, stream=True)
         except httpx2.HTTPError as exc:
-            self._settle(reservation, model, None, "not_started", 0, run)
+            await self._settle(reservation, model, None, "not_started", 0, run)
             failure = self._unreachable(exc)
             self._record(reservation, model, "error", started, None, observed, failure.code, profile)
             raise failure from None
@@ -507,7 +511,7 @@ class GatedProxy:
                 raw = await resp.aread()
             finally:
                 await resp.aclose()
-            self._settle(reservation, model, None, "refused", 0, run)
+            await self._settle(reservation, model, None, "refused", 0, run)
             self._record(reservation, model, "upstream_error", started, None, observed,
                          f"HTTP_{resp.status_code}" if 100 <= resp.status_code < 1000 else None, profile)
             return ProxyResponse(resp.status_code, returned, once(self._masked(raw[:MAX_BODY_BYTES], key)))
@@ -549,8 +553,8 @@ class GatedProxy:
             finally:
                 await resp.aclose()
                 if used is not None:
-                    self._settle(reservation, model, used.usage, outcome,
-                                 streamed or used.streamed_chars // 3, run)
+                    await self._settle(reservation, model, used.usage, outcome,
+                                       streamed or used.streamed_chars // 3, run)
                     self._record(reservation, model, "ok" if outcome == "complete" else "interrupted", started,
                                  first_at, observed, code, profile)
                 log.debug("relay proxy: %s %s in %.3f s (%s)", model, outcome, time.monotonic() - started,
@@ -558,13 +562,15 @@ class GatedProxy:
 
         return ProxyResponse(200, returned, chunks(), streaming=sse)
 
-    def _settle(self, reservation: Reservation | None, model: str | None, usage: Usage | None, outcome: str,
-                streamed: int, run: RunBudget | None = None) -> None:
+    async def _settle(self, reservation: Reservation | None, model: str | None, usage: Usage | None, outcome: str,
+                      streamed: int, run: RunBudget | None = None) -> None:
+        """Charge the request on a store thread (runtime/offload.py), waited for even by a cancelled caller."""
         if reservation is None or model is None:
             return
         try:
-            self.broker.gate.settle_completion(reservation, model, usage if usage and usage.total else None,
-                                               outcome=outcome, streamed_output_tokens=streamed, run=run)
+            await off_loop(self.broker.gate.settle_completion, reservation, model,
+                           usage if usage and usage.total else None, outcome=outcome, streamed_output_tokens=streamed,
+                           run=run)
         except Exception:  # noqa: BLE001 - settling must never break the answer; the ledger keeps the hold
             log.exception("relay proxy: settling a request failed")
 

@@ -281,7 +281,7 @@ class OpenAIProxy(GatedProxy):
             body = json.dumps(message).encode()
             bounds = [DEFAULT_MAX_OUTPUT]
         max_output = max(bounds) * choices
-        reservation = self._reserve(origin, model, self.estimate(message, max_output), profile)
+        reservation = await self._reserve(origin, model, self.estimate(message, max_output), profile)
         policy = self._tool_policy(origin, model)
         if policy is not None:
             from .proxy_tools import OpenAIToolFilter

@@ -22,7 +22,7 @@ place an engine is registered (asserted to match that list at import).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -66,6 +66,11 @@ class EngineRun:
     ``GateRefusal(BUDGET_EXCEEDED)`` past the cap); returns the step number."""
     save: Callable[[], None] = lambda: None
     """Store what the engine appended to ``state.history`` (append-only: only the new messages)."""
+    begin_async: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    """``begin`` with its store calls (the load, the save) off the event loop (runtime/offload.py); None:
+    the engine calls ``begin`` on the loop."""
+    save_async: Callable[[], Awaitable[None]] | None = None
+    """``save`` off the event loop; None: ``save`` on the loop."""
     settled: Callable[[Any, Any, BaseException | None], None] = lambda reservation, turn, ended: None
     """Called once a model request is settled (``reservation``, the ``TurnResult``, how it ended or None):
     the broker's telemetry row of the turn."""

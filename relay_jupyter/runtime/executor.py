@@ -35,6 +35,7 @@ from ..core.redact import redact
 from ..core.tooling import MAX_ARGUMENT_BYTES, ToolContext, ToolResult, ToolSource, as_result
 from ..core.types import ToolClass, ToolRequest, ToolSpec, stricter
 from ..protocol.names import EventType
+from .offload import off_loop, off_loop_or_undo
 from .tools import ToolIndex, tool_change, tool_identity
 
 __all__ = ["MAX_ARGUMENT_BYTES", "MAX_RESULT_CHARS", "Executor", "Emit", "refusal_of", "refused"]
@@ -235,8 +236,12 @@ class Executor:
     async def _execute(self, ctx: ToolContext, source: ToolSource, spec: ToolSpec, call_id: str,
                        args: dict[str, Any], preview: dict[str, Any]) -> ToolResult:
         run_id = ctx.run_id
-        if run_id is not None:
-            self.journal.call_intent(run_id, call_id, spec.name, redact(args))
+        # journal writes on a store thread (runtime/offload.py), each awaited: the intent is durable before
+        # the tool runs, the outcome before the result goes back; a cancel waits for the write in flight
+        if run_id is not None:  # cancelled meanwhile: the tool never started, and its outcome says so
+            await off_loop_or_undo(lambda _: self.journal.call_outcome(run_id, call_id, {
+                "status": "cancelled", "started": False}), self.journal.call_intent, run_id, call_id, spec.name,
+                redact(args))
         self.emit(EventType.TOOL_STARTED, {"call_id": call_id, "tool": spec.name}, ctx)
         started = self.clock()
         try:
@@ -244,7 +249,8 @@ class Executor:
             result = _capped(as_result(result))
         except asyncio.CancelledError:
             if run_id is not None:
-                self.journal.call_outcome(run_id, call_id, {"status": "cancelled", "outcome_unknown": True})
+                await off_loop(self.journal.call_outcome, run_id, call_id,
+                               {"status": "cancelled", "outcome_unknown": True})
             self.emit(EventType.TOOL_FINISHED, {"call_id": call_id, "is_error": True, "summary": "cancelled",
                                                 "duration_ms": (self.clock() - started) * 1000}, ctx)
             raise
@@ -254,8 +260,9 @@ class Executor:
             result = ToolResult(f"the tool failed: {type(exc).__name__}: {str(exc)[:500]}", is_error=True,
                                 code=Code.TOOL_ERROR.value)
         if run_id is not None:
-            self.journal.call_outcome(run_id, call_id, {"status": "error" if result.is_error else "ok",
-                                                        "code": result.code, "chars": len(result.content)})
+            await off_loop(self.journal.call_outcome, run_id, call_id,
+                           {"status": "error" if result.is_error else "ok", "code": result.code,
+                            "chars": len(result.content)})
         return self._finished(ctx, call_id, result, (self.clock() - started) * 1000)
 
     def _finished(self, ctx: ToolContext, call_id: str, result: ToolResult, duration_ms: float) -> ToolResult:

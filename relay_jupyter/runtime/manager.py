@@ -30,6 +30,7 @@ from .conversations import HistoryWriter, cell_fork, next_turn, turn_cells
 from .driver import TurnResult
 from .engine import EngineRun, RunEngine
 from .executor import Executor
+from .offload import off_loop, off_loop_or_undo, outcome, submit
 from .relay_loop import RelayLoopEngine, answer_pending, append_assistant
 from .recovery import recover, stored_messages
 from .review import ReviewConsent
@@ -103,6 +104,9 @@ class RuntimeConfig:
     """Seconds a turn may go without content; keep-alive pings do not count (``turn_idle_timeout``)."""
 
 
+_NOT_LOADED: Any = object()
+
+
 @dataclass
 class _Run:
     run_id: str
@@ -120,7 +124,13 @@ class _Run:
     store_failure: Exception | None = None
     writer: HistoryWriter | None = None
     """Writes the history append-only (set when the run loads it, once, at its start)."""
-    """A store write of this run failed (a full disk): the run ends with its code."""
+    preloaded: Any = _NOT_LOADED
+    """The stored conversation (or None), loaded off the event loop for ``begin``; ``_NOT_LOADED``: ``begin``
+    loads it."""
+    defer_save: bool = False
+    """While set, ``_save`` leaves the write to its caller, which makes it off the event loop."""
+    writes: list[Any] = field(default_factory=list)
+    """Store writes of the run nothing awaited (its telemetry rows): done before its terminal event."""
 
 
 class RunManager:
@@ -175,8 +185,9 @@ class RunManager:
             raise ConfigRefusal(Code.NO_ENGINE, f"the {params.engine!r} engine is not enabled on this server "
                                 f"(enabled: {', '.join(sorted(self.engines))})")
         engine.check(params)  # NO_BACKEND / MODEL_NOT_ALLOWED / a missing extra, in one line
-        self.check_storage()
-        if ctx.conversation in self._by_conversation or self.journal.running_elsewhere(ctx.conversation):
+        if self.journal.storage_problem is not None:
+            await off_loop(self.check_storage)
+        if ctx.conversation in self._by_conversation:
             raise RoutingRefusal(Code.CONFLICT, "this conversation already has a running agent; "
                                  "cancel it or wait for it to finish")
         run_id = "run_" + secrets.token_hex(12)
@@ -185,13 +196,25 @@ class RunManager:
                                caller_kind=ctx.caller_kind)
         run = _Run(run_id, ctx, params, tool_ctx)
         self._runs[run_id] = run
-        self._by_conversation[ctx.conversation] = run_id
+        self._by_conversation[ctx.conversation] = run_id  # claimed before the await: a second start is CONFLICT
+        meta = {"model": params.model, "backend": params.backend, "engine": params.engine,
+                "mode": tool_ctx.mode.value, **({"profile": params.profile} if params.profile else {}),
+                "originator": ctx.client_id}
+
+        def journal() -> bool:
+            if self.journal.running_elsewhere(ctx.conversation):
+                return False
+            self.journal.run_started(run_id, ctx.origin, ctx.conversation, meta)
+            return True
+
+        # off the event loop (runtime/offload.py); a cancelled caller still gets a journalled run started,
+        # so that it ends with its one terminal event rather than staying "running" in the journal
+        recorded = submit(journal)
+        cancelled = await outcome(recorded)
         try:
-            self.journal.run_started(run_id, ctx.origin, ctx.conversation,
-                                     {"model": params.model, "backend": params.backend, "engine": params.engine,
-                                      "mode": tool_ctx.mode.value,
-                                      **({"profile": params.profile} if params.profile else {}),
-                                      "originator": ctx.client_id})
+            if not recorded.result():
+                raise RoutingRefusal(Code.CONFLICT, "this conversation already has a running agent; "
+                                     "cancel it or wait for it to finish")
         except BaseException:
             self._forget(run)
             raise
@@ -202,6 +225,8 @@ class RunManager:
         run.task = asyncio.create_task(self._main(run, engine), name=f"relay-{run_id}")
         # a task cancelled before its first step never runs _main: still end the run exactly once
         run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))
+        if cancelled:
+            raise asyncio.CancelledError
         return run_id
 
     def backend_for(self, params: RunParams) -> Backend | None:
@@ -252,7 +277,8 @@ class RunManager:
 
     async def execute_client_call(self, ctx: ToolContext, tool: str, arguments: Any) -> ToolResult:
         """``tools.call``: a client-initiated call through the same executor and gate."""
-        self.check_storage()  # a call the broker could not audit is refused before it starts
+        if self.journal.storage_problem is not None:  # a call the broker could not audit is refused first
+            await off_loop(self.check_storage)
         call_id = "client_" + secrets.token_hex(8)
         return await self.executor.execute_client_call(ctx, ToolIndex(self.providers, ctx), tool,
                                                        arguments, call_id)
@@ -308,6 +334,22 @@ class RunManager:
             self._emit(run, EventType.TURN, {"turn": run.turn, "forked_at": forked_at, "parent_cells": parents})
             return history
 
+        async def begin_async() -> list[dict[str, Any]]:
+            # the load and the save off the event loop (a long history is tens of ms of JSON, a locked
+            # store seconds); what begin() decides in between runs on the loop, as its events must
+            run.preloaded = await off_loop(self.conversations.load_conversation, run.ctx.conversation)
+            run.defer_save = True
+            try:
+                history = begin()
+            finally:
+                run.defer_save = False
+                run.preloaded = _NOT_LOADED
+            await off_loop(self._save, run)
+            return history
+
+        async def save_async() -> None:
+            await off_loop(self._save, run)
+
         def add(message: dict[str, Any]) -> None:
             if message.get("content"):
                 run.history.append({**message, "turn": run.turn})
@@ -318,9 +360,16 @@ class RunManager:
                          emit=lambda type, data: self._emit(run, type, data),
                          text=lambda text: self._text_delta(run, text), begin=begin, add=add,
                          state=run, steps=lambda: run.steps, step=step, save=lambda: self._save(run),
-                         settled=lambda reservation, turn, ended: record_turn(
-                             self.telemetry, run.run_id, run.ctx.conversation, run.params.model, reservation,
-                             turn, ended, profile=run.params.profile))
+                         begin_async=begin_async, save_async=save_async,
+                         settled=lambda reservation, turn, ended: self._settled(run, reservation, turn, ended))
+
+    def _settled(self, run: _Run, reservation: Any, turn: TurnResult, ended: BaseException | None) -> None:
+        """The turn's telemetry row, written on a store thread (nothing waits for it; never raises)."""
+        if self.telemetry is None:
+            return
+        run.writes.append(submit(record_turn, self.telemetry, run.run_id, run.ctx.conversation, run.params.model,
+                                 reservation, turn, ended, profile=run.params.profile,
+                                 now=asyncio.get_running_loop().time()))
 
     async def _main(self, run: _Run, engine: RunEngine) -> None:
         terminal, data, state = EventType.DONE, {}, "done"
@@ -349,18 +398,29 @@ class RunManager:
             terminal, data, state = EventType.ERROR, {"code": Code.INTERNAL.value,
                                                       "message": f"internal error ({type(exc).__name__})"}, "error"
         finally:
+            cancelled = False
+            for write in run.writes:  # the run's telemetry rows are stored once its end is seen
+                cancelled = await outcome(write) or cancelled
+            # on the loop: the transaction appends the terminal event, whose live delivery must keep the
+            # store's id order with the other runs' events (docs/runtime.md, "What runs off the loop")
             self._close(run, terminal, data, state)
+            if cancelled:
+                raise asyncio.CancelledError
 
     # ---- history ----------------------------------------------------------------------------
 
     def _load_history(self, run: _Run) -> list[dict[str, Any]]:
         """The conversation's stored messages, loaded once per run; later saves write only what the
         run adds (issue 18: a turn's cost does not grow with the history)."""
-        history = stored_messages(self.conversations.load_conversation(run.ctx.conversation))
+        stored = run.preloaded if run.preloaded is not _NOT_LOADED else \
+            self.conversations.load_conversation(run.ctx.conversation)
+        history = stored_messages(stored)
         run.writer = HistoryWriter(self.conversations, run.ctx.conversation, run.ctx.origin, stored=len(history))
         return history
 
     def _save(self, run: _Run) -> None:
+        if run.defer_save:
+            return
         name = _name_of(run.history)
         meta = {"model": run.params.model, "backend": run.params.backend}
         if run.writer is None:
@@ -515,16 +575,18 @@ class _GateMeter:
         self.gate, self.origin, self.model = gate, origin, model
 
     async def begin(self, estimated_tokens: int) -> Any:
-        return (self.gate.begin_completion(self.origin, self.model, estimated_tokens=estimated_tokens,
-                                                       purpose="review"))
+        return await off_loop_or_undo(lambda r: r.release(), self.gate.begin_completion, self.origin, self.model,
+                                      estimated_tokens=estimated_tokens, purpose="review")
 
     async def settle(self, handle: Any, usage: Any) -> None:
-        self.gate.settle_completion(handle, self.model, usage)
+        await off_loop(self.gate.settle_completion, handle, self.model, usage)
 
 
 def record_turn(telemetry: Any, run_id: str, conversation: str, model: str, reservation: Any,
-                turn: TurnResult, ended: BaseException | None, *, profile: str | None = None) -> None:
-    """The telemetry row of one settled model turn of a run (core/telemetry.py; never raises)."""
+                turn: TurnResult, ended: BaseException | None, *, profile: str | None = None,
+                now: float | None = None) -> None:
+    """The telemetry row of one settled model turn of a run (core/telemetry.py; never raises). ``now``: the
+    event loop's time when the turn was settled (required off the loop)."""
     if telemetry is None:
         return
     try:
@@ -534,7 +596,8 @@ def record_turn(telemetry: Any, run_id: str, conversation: str, model: str, rese
             name = json.loads(conversation)[1]
         except (ValueError, TypeError, IndexError, KeyError):
             name = conversation
-        now = asyncio.get_running_loop().time()
+        if now is None:
+            now = asyncio.get_running_loop().time()
         started = turn.started_at if turn.started_at is not None else now
         code = getattr(getattr(ended, "code", None), "value", None)
         if ended is None:

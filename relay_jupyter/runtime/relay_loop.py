@@ -23,6 +23,7 @@ from .call_ids import CallIds, history_ids
 from .context import prepare, tool_result_block
 from .driver import (Coalescer, LoopShare, TurnResult, charge_outcome, drive_turn, streamed_output_tokens,
                      usage_event)
+from .offload import off_loop, off_loop_or_undo
 from .tools import ToolIndex, ToolResult, ToolSource
 
 if TYPE_CHECKING:
@@ -62,10 +63,12 @@ async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolS
     """Drive ``run`` to the end (how it ends decides the terminal event: runtime/engine.py)."""
     cfg, params, ctx, state = run.config, run.params, run.ctx, run.state
     share = LoopShare(asyncio.get_running_loop())  # a long history's work is done in slices (issue 18)
-    history = run.begin()  # loaded once, the prompt appended and stored
+    # loaded once, the prompt appended and stored; every store and gate call of the loop runs on a store
+    # thread (runtime/offload.py): a locked budget row or database stalls this run, not the broker
+    history = await run.begin_async() if run.begin_async is not None else run.begin()
     await share.checkpoint()
     call_ids = CallIds(history_ids(history))
-    budget = run.gate.run_budget(ctx.origin)
+    budget = await off_loop(run.gate.run_budget, ctx.origin)
     # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
     # refuses and audits anything outside the grant (SCOPE_EXCEEDED)
     index = ToolIndex(providers, run.tool_ctx, allowed=params.tools)
@@ -76,12 +79,14 @@ async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolS
         messages = prepare(history, result_budget=cfg.result_budget)
         # the capability set: only what the grant allows now (re-read each step, so a grant
         # narrowed or revoked mid-run shrinks the offer at the next request)
-        specs = offered(run.gate, ctx.origin, index)
+        specs = await offered_off_loop(run.gate, ctx.origin, index)
         # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
         estimate = await estimates.request(cfg.system_prompt, messages, specs, max_tokens, share)
         await share.checkpoint()  # the backend's SDK then builds the whole request (all the history) at once
-        reservation = run.gate.begin_completion(ctx.origin, params.model, estimate=estimate, run=budget,
-                                                purpose=f"agent:{params.profile}" if params.profile else None)
+        # a cancel while the hold is taken releases it (the request was never sent)
+        reservation = await off_loop_or_undo(
+            lambda r: r.release(), run.gate.begin_completion, ctx.origin, params.model, estimate=estimate,
+            run=budget, purpose=f"agent:{params.profile}" if params.profile else None)
         turn = state.current = TurnResult()
         coalescer = Coalescer(run.text, interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
         ended: BaseException | None = None
@@ -95,21 +100,35 @@ async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolS
             raise
         finally:
             # charged what judge_usage decides: reported, clamped, estimated, or the reservation
-            run.gate.settle_completion(reservation, params.model, turn.usage if turn.usage_reported else None,
-                                       budget, outcome=charge_outcome(turn, ended),
-                                       streamed_output_tokens=streamed_output_tokens(turn, max_tokens))
+            await off_loop(run.gate.settle_completion, reservation, params.model,
+                           turn.usage if turn.usage_reported else None, budget, outcome=charge_outcome(turn, ended),
+                           streamed_output_tokens=streamed_output_tokens(turn, max_tokens))
             run.emit(EventType.USAGE, usage_event(turn, reservation))
             run.settled(reservation, turn, ended)
         state.current = None
         append_assistant(state, turn)
         if not turn.calls:
-            run.save()
+            await _save(run)
             return
         state.pending, state.results = list(turn.calls), {}
-        run.save()  # the tool_use is durable before any intent: crash repair can answer it
+        await _save(run)  # the tool_use is durable before any intent: crash repair can answer it
         await schedule(run, index)
         answer_pending(state)
+        await _save(run)
+
+
+async def _save(run: EngineRun) -> None:
+    if run.save_async is not None:
+        await run.save_async()
+    else:
         run.save()
+
+
+async def offered_off_loop(gate: Any, origin: str, index: ToolIndex) -> list[Any]:
+    """:func:`offered` with the grant read on a store thread."""
+    specs = index.specs()
+    allowed = set(await off_loop(gate.allowed_tools, origin, [s.name for s in specs]))
+    return [s for s in specs if s.name in allowed]
 
 
 def offered(gate: Any, origin: str, index: ToolIndex) -> list[Any]:

@@ -3,6 +3,11 @@
 One connection shared by every thread (``check_same_thread=False``) behind one lock. Measured on
 this machine (docs/storage.md): a connection per thread only adds ``SQLITE_BUSY`` retries for
 writers, since SQLite admits one writer at a time anyway, and the broker's reads are short.
+
+Reads made outside the reading thread's own transaction go to a second connection of their own
+(WAL: a reader never waits for a writer): a write waiting for another process's write lock (up to
+the busy timeout, on a store thread: runtime/offload.py) holds the store lock, and a read on the
+event loop (``readyz``'s last event id, an SSE replay, a grant) must not wait behind it.
 """
 
 from __future__ import annotations
@@ -104,6 +109,12 @@ class Database(SqlStore):
         """The last write failure, until a write commits again (docs/storage.md: a full disk)."""
         self.owner_id: str | None = None
         """This store's lease (storage/leases.py; None until acquired)."""
+        self._reader: sqlite3.Connection | None = None
+        """The read connection (module docstring). A second SQLite connection of this process is safe for the
+        writer's POSIX locks: SQLite keeps a closed descriptor open while the file is locked (checked: another
+        process still cannot take the write lock after a reader of this process closed)."""
+        self._read_lock = threading.Lock()
+        self._read_connection()  # opened now: the store's descriptors stay the same while it is used
 
     @classmethod
     def _connect(cls, path: Path) -> sqlite3.Connection:
@@ -236,10 +247,41 @@ class Database(SqlStore):
         if low is not None:
             self.storage_problem = low
 
+    def _read_connection(self) -> sqlite3.Connection | None:
+        """The read connection for a read of this thread, or None when the read belongs on the writer
+        connection: inside this thread's own transaction (it sees its uncommitted writes), or a
+        database that is not a file."""
+        if self._lock._is_owned() or self._conn is None:  # type: ignore[attr-defined]
+            return None
+        if self._reader is None:
+            if not self.path.is_file():
+                return None
+            with self._read_lock:  # not the store lock: a writer waiting for the busy timeout holds that
+                if self._reader is None and self._conn is not None:
+                    reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                             timeout=BUSY_TIMEOUT_MS / 1000)
+                    reader.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                    reader.execute("PRAGMA query_only = 1")  # reads only: a write here is a bug, refused
+                    reader.execute("PRAGMA synchronous = NORMAL")
+                    self._reader = reader
+        return self._reader
+
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: several SELECTs see one consistent state (inside a write transaction of
         this store, that transaction's state)."""
+        reader = self._read_connection()
+        if reader is not None:
+            with self._read_lock:
+                if self._conn is None:
+                    raise StoreError("the relay store is closed")
+                reader.execute("BEGIN")
+                try:
+                    yield reader
+                finally:
+                    if reader.in_transaction:
+                        reader.execute("COMMIT")
+            return
         with self._lock:
             conn = self._require()
             if self._depth:
@@ -253,7 +295,14 @@ class Database(SqlStore):
                     conn.execute("COMMIT")
 
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
-        """One SELECT in autocommit mode."""
+        """One SELECT in autocommit mode (anything else, a PRAGMA, on the writer connection, whose
+        settings it may change)."""
+        reader = self._read_connection() if sql.lstrip()[:6].upper() in ("SELECT", "WITH ") else None
+        if reader is not None:
+            with self._read_lock:
+                if self._conn is None:
+                    raise StoreError("the relay store is closed")
+                return reader.execute(sql, params).fetchall()
         with self._lock:
             return self._require().execute(sql, params).fetchall()
 
@@ -263,6 +312,10 @@ class Database(SqlStore):
     def close(self) -> None:
         """Close the connection (checkpointing the WAL). Idempotent."""
         with self._lock:
+            with self._read_lock:
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
