@@ -22,8 +22,6 @@ from urllib.parse import urlsplit
 
 from ..core.errors import Code, ConfigRefusal, RoutingRefusal
 from ..protocol.local import UnixHTTPConnection
-from ..server.daemon import AUTH_LOG, DAEMON_LOG, LOG_DIR, read_states
-from ..server.daemon_auth import read_token, token_path
 from ..storage.paths import data_dir
 
 __all__ = ["probe", "register"]
@@ -48,6 +46,8 @@ def register(subparsers: Any) -> None:
 
 
 def _get(state: dict[str, Any], endpoint: str, timeout: float = 3.0) -> tuple[int, bytes]:
+    from ..server.daemon_auth import read_token, token_path  # tornado and the broker's core: only when used
+
     parts = urlsplit(state["listen"])
     headers = {"X-Relay-Client": "cli"}
     conn: http.client.HTTPConnection
@@ -150,6 +150,8 @@ def _uptime(seconds: float) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from ..server.daemon import read_states  # server.daemon imports the broker: only when used
+
     states = read_states()
     rows = []
     for state in states:
@@ -197,6 +199,8 @@ def _exited(pid: int, state_file: str) -> bool:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
+    from ..server.daemon import read_states  # server.daemon imports the broker: only when used
+
     states = read_states()
     if args.pid is not None:
         states = [s for s in states if int(s["pid"]) == args.pid]
@@ -242,6 +246,7 @@ def _tail(path: Path, n: int) -> list[str]:
 def _log_sources(auth: bool) -> list[tuple[str, Path]]:
     """``(broker, log file)`` of every running broker of this user: each daemon (its state file) and, for the
     daemon log, each Jupyter server with the relay extension (``server/server_state.py``)."""
+    from ..server.daemon import AUTH_LOG, DAEMON_LOG, LOG_DIR, read_states
     from ..server.server_state import server_states
 
     name = AUTH_LOG if auth else DAEMON_LOG
@@ -253,6 +258,8 @@ def _log_sources(auth: bool) -> list[tuple[str, Path]]:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
+    from ..server.daemon import AUTH_LOG, DAEMON_LOG, LOG_DIR  # server.daemon imports the broker: only when used
+
     if args.data_dir:
         sources = [("", Path(args.data_dir) / LOG_DIR / (AUTH_LOG if args.auth else DAEMON_LOG))]
     else:

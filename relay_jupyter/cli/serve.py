@@ -6,14 +6,15 @@ import argparse
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from ..broker.config import BrokerConfig
 from ..core.errors import Code, ConfigRefusal
-from ..server.daemon import DaemonOptions, parse_listen, run
-from ..server.jupyter_config import broker_settings_from_files, command_line_settings, config_files
+
+if TYPE_CHECKING:
+    from ..broker.config import BrokerConfig
+
+# the daemon (server.daemon: tornado, the broker's assembly) and the broker's config are imported by `serve` itself,
+# not when `jupyter relay`'s parser is built: every other command (status, stop, grants, ...) would pay for them
 
 __all__ = ["broker_config", "register"]
 
@@ -53,6 +54,11 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     Raises:
         ConfigRefusal: CONFIG_INVALID naming the file or the first bad setting.
     """
+    from pydantic import ValidationError
+
+    from ..broker.config import BrokerConfig
+    from ..server.jupyter_config import broker_settings_from_files, command_line_settings
+
     # the user's Jupyter config files first (c.RelayApp.*, as inside Jupyter), then --config, then flags
     values: dict[str, Any] = broker_settings_from_files(command_line=False)
     if args.config:
@@ -80,6 +86,9 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from ..server.daemon import DaemonOptions, parse_listen, run
+    from ..server.jupyter_config import config_files
+
     if args.idle_timeout is not None and not args.idle_timeout > 0:
         raise ConfigRefusal(Code.CONFIG_INVALID, "--idle-timeout must be a positive number of seconds")
     listen = parse_listen(args.listen)

@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Code, ConfigRefusal
-from ..server.daemon_auth import (KERNEL_KEY_FILE, KERNEL_KEY_GRACE_SECONDS, rotate_kernel_key, rotate_token,
-                                  token_path)
 from ..storage.paths import data_dir, ensure_private_dir
 
 __all__ = ["register"]
@@ -45,6 +43,11 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _cmd_rotate(args: argparse.Namespace) -> int:
+    # server.daemon_auth (tornado, the broker's core) only when a token command runs, not when any command's
+    # parser is built
+    from ..server.daemon_auth import (KERNEL_KEY_FILE, KERNEL_KEY_GRACE_SECONDS, rotate_kernel_key, rotate_token,
+                                      token_path)
+
     if args.grace is not None and not args.kernel_key:
         raise ConfigRefusal(Code.CONFIG_INVALID, "--grace is for --kernel-key only")
     if args.kernel_key:
@@ -61,5 +64,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
 
 
 def _cmd_path(args: argparse.Namespace) -> int:
+    from ..server.daemon_auth import token_path
+
     print(token_path(_root(args)))
     return 0

@@ -15,17 +15,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import Code, ConfigRefusal, RoutingRefusal
 from ..core.visible import visible
-from ..mcp.config import McpConfig, load_config
-from ..mcp.discovery import qualified_name, split_name
-from ..mcp.pins import PINNABLE_CLASSES
-from ..mcp.registry import McpRegistry
-from ..mcp.versions import version_note
-from ..storage.sqlite import Store
+
+if TYPE_CHECKING:
+    from ..mcp.config import McpConfig
+    from ..mcp.registry import McpRegistry
+    from ..storage.sqlite import Store
+
+# relay_jupyter.mcp (the MCP SDK) and the store are imported by the commands that use them, not when the parser is
+# built: every `jupyter relay` command builds this group's parser, and the MCP SDK alone took 3 s of `status`'s
+# start-up on the loaded 2-core CI machine (python -X importtime).
+
+
+class _PinnableClasses(Sequence[str]):
+    """``pin``'s CLASS choices (mcp.pins.PINNABLE_CLASSES), read when a command line is checked."""
+
+    @staticmethod
+    def _values() -> list[str]:
+        from ..mcp.pins import PINNABLE_CLASSES
+
+        return [c.value for c in PINNABLE_CLASSES]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._values()[index]
+
+    def __len__(self) -> int:
+        return len(self._values())
+
 
 __all__ = ["register"]
 
@@ -49,7 +70,7 @@ def register(subparsers: Any) -> None:
 
     p_pin = sub.add_parser("pin", parents=[common], help="pin server__tool to read or write")
     p_pin.add_argument("tool", help="tool name as the model sees it: server__tool")
-    p_pin.add_argument("tool_class", choices=[c.value for c in PINNABLE_CLASSES], metavar="CLASS",
+    p_pin.add_argument("tool_class", choices=_PinnableClasses(), metavar="CLASS",
                        help="read | write")
     p_pin.set_defaults(func=_cmd_pin)
 
@@ -125,6 +146,8 @@ def _cmd_mcp_token(args: argparse.Namespace) -> int:
 
 
 def _only(config: McpConfig, server: str) -> McpConfig:
+    from ..mcp.config import McpConfig
+
     if server not in config.servers:
         why = config.problems.get(server)
         if why:
@@ -136,6 +159,8 @@ def _only(config: McpConfig, server: str) -> McpConfig:
 
 
 def _registry(config: McpConfig, store: Store | None, timeout: float) -> McpRegistry:
+    from ..mcp.registry import McpRegistry
+
     registry = McpRegistry(config, store, connect_timeout=timeout, call_timeout=timeout)
     # machine-client servers (mcp.json client_id): their secret from the relay secrets file, as in the broker
     from ..backends.keys import KeySource
@@ -150,6 +175,10 @@ def _registry(config: McpConfig, store: Store | None, timeout: float) -> McpRegi
 
 
 def _cmd_pin(args: argparse.Namespace) -> int:
+    from ..mcp.config import load_config
+    from ..mcp.discovery import split_name
+    from ..storage.sqlite import Store
+
     parts = split_name(args.tool)
     if parts is None:
         raise ConfigRefusal(Code.CONFIG_INVALID, f"{args.tool!r} is not an MCP tool name (expected server__tool)")
@@ -172,6 +201,9 @@ def _cmd_pin(args: argparse.Namespace) -> int:
 
 
 def _cmd_unpin(args: argparse.Namespace) -> int:
+    from ..mcp.discovery import split_name
+    from ..storage.sqlite import Store
+
     store = Store.open(args.db)
     try:
         parts = split_name(args.tool)
@@ -183,6 +215,11 @@ def _cmd_unpin(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from ..mcp.config import load_config
+    from ..mcp.discovery import qualified_name
+    from ..mcp.versions import version_note
+    from ..storage.sqlite import Store
+
     config = load_config(args.config)
     store = Store.open(args.db)
     try:
