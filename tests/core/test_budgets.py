@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -480,41 +481,30 @@ def test_store_settle_failure_keeps_the_hold(tmp_path):
         led2.reserve("nb", g, tokens=1, cost_usd=0)
 
 
-def _hammer(path: str, n: int, est: int, used: int, limit: int, go: str) -> list[int]:
-    """A process reserving and settling ``n`` times against ``limit`` on the store at ``path``."""
-    import os
-    import time as _time
-
-    from relay_jupyter.storage.sqlite import Store
-
-    led = BudgetLedger(Store.open(path))
-    g = grant(tokens_per_day=limit)
-    while not os.path.exists(go):
-        _time.sleep(0.001)
-    settled = []
-    for _ in range(n):
-        try:
-            r = led.reserve("nb", g, tokens=est, cost_usd=0.0)
-        except GateRefusal:
-            continue
-        _time.sleep(0.001)  # in flight while the others reserve
-        r.settle(used, 0.0)
-        settled.append(used)
-    return settled
-
-
 def test_processes_sharing_a_store_never_overspend(tmp_path):
     """16 processes on one SQLite file, each reserving 100 and settling 100 (the most a request may be
     charged) against a day of 2,000: the ledger ends at exactly the limit, never above."""
-    import multiprocessing
+    import subprocess
+    import sys
+    from pathlib import Path
 
     path, go = str(tmp_path / "relay.db"), str(tmp_path / "go")
     _store(path).close()
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(16) as pool:
-        jobs = [pool.apply_async(_hammer, (path, 10, 100, 100, 2000, go)) for _ in range(16)]
+    script = str(Path(__file__).with_name("budget_hammer.py"))
+    procs = [subprocess.Popen([sys.executable, script, path, "10", "100", "100", "2000", go],
+                              stdout=subprocess.PIPE, text=True) for _ in range(16)]
+    try:
+        for p in procs:  # every process has its store open before any reserves: they all race
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         (tmp_path / "go").touch()
-        settled = [t for j in jobs for t in j.get(timeout=120)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    assert [p.returncode for p in procs] == [0] * 16
+    settled = [t for out in outs for t in json.loads(out)]
     store = _store(path)
     tokens, _ = store.usage("nb", utc_day(__import__("time").time()))
     assert tokens == sum(settled) == 2000  # as much as fits, and not one token more
