@@ -3,8 +3,10 @@
 
 // C0/C1 controls and the bidi overrides/isolates of "Trojan Source" (plus zero-width and direction
 // marks), shown as <U+XXXX> so a tool name or argument cannot reorder or hide what a person approves;
-// the kernel's cards do the same (relay_jupyter/kernel/rendering.py, visible()). ZWJ/ZWNJ are kept.
-const INVISIBLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+// the kernel's cards do the same (relay_jupyter/core/visible.py, strict). ZWJ/ZWNJ are kept. Also ARABIC
+// LETTER MARK, LINE/PARAGRAPH SEPARATOR, the format characters that show as nothing (U+180E, U+FFF9-FFFB),
+// COMBINING GRAPHEME JOINER and the Hangul fillers (red team, tests/attack/test_invisible_text.py).
+const INVISIBLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u061c\u2028\u2029\u180e\ufff9-\ufffb\u034f\u115f\u1160\u3164\uffa0]/g;
 
 export function visible(text: string): string {
   return text

@@ -10,6 +10,8 @@ test('visible shows bidi and control characters as code points and keeps ZWJ', (
   assert.equal(visible('x\r\ny\rz'), 'x\ny\nz');
   assert.equal(visible('tab\tnew\nline'), 'tab\tnew\nline');
   assert.equal(visible('\u200b\u2066\ufeff'), '<U+200B><U+2066><U+FEFF>');
+  assert.equal(visible('a\u061cb\u2028c\u180e\ufffa\u034f\u3164'),
+    'a<U+061C>b<U+2028>c<U+180E><U+FFFA><U+034F><U+3164>');
   assert.equal(visible('👩\u200d💻'), '👩\u200d💻');
   assert.equal(visible('<img src=x onerror=alert(1)>'), '<img src=x onerror=alert(1)>');
 });
