@@ -40,8 +40,9 @@ CODE = "\n".join(CORPUS[:40]) + f"\n# <script>{PWN}</script> \u202e end"
 
 # the panel builds its DOM from these tags and attributes only (labextension/src/panel.ts, el())
 PANEL_TAGS = {"div", "h2", "h3", "p", "pre", "button", "table", "tbody", "tr", "th", "td", "input", "span", "progress"}
+# ``hidden``: the MCP sign-in section hides itself when no server signs in with OAuth (labextension/src/mcpSignin.ts)
 PANEL_ATTRS = {"class", "title", "data-request-id", "data-run-id", "data-scope", "disabled", "type", "placeholder",
-               "aria-label", "max", "value"}
+               "aria-label", "max", "value", "hidden"}
 
 _PANEL_DOM_JS = """() => {
   const panel = document.getElementById('relay-jupyter-panel');
