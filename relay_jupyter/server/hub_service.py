@@ -328,6 +328,34 @@ class KernelClients:
 SERVER_GONE = "lost its server"
 
 
+#: What :func:`_hub_model` returns for a user or group the hub does not have (404).
+_NO_SUCH: Any = object()
+
+
+def _hub_model(api_url: str, token: str, kind: str, name: str, *, timeout: float,
+               error: Callable[[str], Exception], role: str) -> Any:
+    """``GET <api_url>/<kind>s/<name>`` of the hub's REST API as JSON, or :data:`_NO_SUCH` on a 404. Blocking
+    (urllib). Raises ``error(reason)`` (one line, never the token) when the hub is unreachable, refuses the
+    token (403: the service's role lacks ``role``) or answers what is not JSON."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    base = api_url.rstrip("/")
+    req = urllib.request.Request(f"{base}/{kind}s/{urllib.parse.quote(name, safe='')}",
+                                 headers={"Authorization": f"token {token}", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return _NO_SUCH
+        raise error(f"the hub answered {exc.code} for {kind} {name[:64]!r}"
+                    + (f"; give the service a role with {role}" if exc.code == 403 else "")) from None
+    except (OSError, ValueError) as exc:
+        raise error(f"the hub API at {base[:120]} is unreachable ({type(exc).__name__})") from None
+
+
 class HubServersUnavailable(Exception):
     """The hub did not say which servers a user has; ``reason`` is one line without the token."""
 
@@ -344,24 +372,10 @@ def fetch_user_servers(api_url: str, token: str, user: str, *, timeout: float = 
         HubServersUnavailable: the hub is unreachable, refuses the token, or answers without ``servers`` (the
             service's role lacks ``read:servers``).
     """
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    base = api_url.rstrip("/")
-    req = urllib.request.Request(f"{base}/users/{urllib.parse.quote(user, safe='')}",
-                                 headers={"Authorization": f"token {token}", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            model = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise HubServersUnavailable(f"the hub answered {exc.code} for user {user[:64]!r}"
-                                    + ("; give the service a role with read:servers" if exc.code == 403 else "")
-                                    ) from None
-    except (OSError, ValueError) as exc:
-        raise HubServersUnavailable(f"the hub API at {base[:120]} is unreachable ({type(exc).__name__})") from None
+    model = _hub_model(api_url, token, "user", user, timeout=timeout, error=HubServersUnavailable,
+                       role="read:servers")
+    if model is _NO_SUCH:
+        return None
     servers = model.get("servers") if isinstance(model, dict) else None
     if not isinstance(servers, dict):
         raise HubServersUnavailable("the hub's user model has no servers; give the service a role with read:servers")
@@ -724,26 +738,12 @@ def fetch_hub_groups(api_url: str, token: str, names: Iterable[str], *, timeout:
         HubGroupsUnavailable: the hub is unreachable, refuses the token (a service role without ``read:groups``:
             403) or answers garbage.
     """
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
     out: dict[str, frozenset[str]] = {}
-    base = api_url.rstrip("/")
     for name in names:
-        req = urllib.request.Request(f"{base}/groups/{urllib.parse.quote(name, safe='')}",
-                                     headers={"Authorization": f"token {token}", "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                model = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                continue
-            raise HubGroupsUnavailable(f"the hub answered {exc.code} for group {name[:64]!r}"
-                                       + ("; give the service a role with read:groups" if exc.code == 403 else "")
-                                       ) from None
-        except (OSError, ValueError) as exc:
-            raise HubGroupsUnavailable(f"the hub API at {base[:120]} is unreachable ({type(exc).__name__})") from None
+        model = _hub_model(api_url, token, "group", name, timeout=timeout, error=HubGroupsUnavailable,
+                           role="read:groups")
+        if model is _NO_SUCH:
+            continue
         users = model.get("users") if isinstance(model, dict) else None
         if not isinstance(users, list):
             raise HubGroupsUnavailable(f"the hub's model of group {name[:64]!r} has no users list")
