@@ -20,16 +20,16 @@ decision is what is under attack.)
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
+
+from jupyter_kernels import KernelRig
 
 from relay_jupyter.testing import FakeAnthropic, Reply, tool_use
 
 pytestmark = pytest.mark.slow
 
-CRED = "import os; print(os.environ['RELAY_KERNEL_CREDENTIAL'])"
 CODE = "open('pwned', 'w').write('x')"
 
 
@@ -49,36 +49,13 @@ def jp_server_config(tmp_path, model_fake):
     }
 
 
-async def _in_kernel(serverapp, kernel_id: str, code: str) -> str:
-    kc = serverapp.kernel_manager.get_kernel(kernel_id).client()
-    kc.start_channels()
-    out: list[str] = []
-    try:
-        await kc.wait_for_ready(timeout=60)
-        await kc.execute_interactive(code, output_hook=lambda m: out.append(m["content"].get("text", ""))
-                                     if m["msg_type"] == "stream" else None, timeout=60)
-    finally:
-        kc.stop_channels()
-    return "".join(out)
-
-
 async def test_nothing_but_the_originator_or_the_user_approves(jp_fetch, jp_serverapp, model_fake) -> None:
-    async def rpc(method: str, params: dict[str, Any], cred: dict[str, str] | None = None) -> dict[str, Any]:
-        resp = await jp_fetch("relay", "rpc", method="POST", headers=cred or {}, request_timeout=60,
-                              body=json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        return json.loads(resp.body)
+    rig = KernelRig(jp_fetch, jp_serverapp)
+    rpc, session, credential = rig.rpc, rig.session, rig.credential
 
     def code(answer: dict[str, Any]) -> str:
         assert "error" in answer, answer
         return answer["error"]["data"]["code"]
-
-    async def session(path: str) -> str:
-        resp = await jp_fetch("api", "sessions", method="POST", request_timeout=120, body=json.dumps(
-            {"path": path, "type": "notebook", "kernel": {"name": "python3"}}))
-        return json.loads(resp.body)["kernel"]["id"]
-
-    async def credential(kernel_id: str) -> dict[str, str]:
-        return {"Authorization": "RelayKernel " + (await _in_kernel(jp_serverapp, kernel_id, CRED)).strip()}
 
     async def waiting(cred: dict[str, str], conversation: str) -> tuple[str, str]:
         model_fake.enqueue(Reply(tool_use("run_code", {"code": CODE})))

@@ -25,12 +25,13 @@ from typing import Any
 
 import pytest
 
+from jupyter_kernels import KernelRig
+
 from relay_jupyter.testing import FakeAnthropic, Reply, text, tool_use
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-CRED = "import os; print(os.environ['RELAY_KERNEL_CREDENTIAL'])"
 MALLORY = "Mallory-forged-3c1d"
 ADA = "Ada-answered-9e2b"
 
@@ -62,19 +63,6 @@ def jp_server_config(tmp_path, model_fake, server_log):
     }
 
 
-async def _in_kernel(serverapp, kernel_id: str, code: str) -> str:
-    kc = serverapp.kernel_manager.get_kernel(kernel_id).client()
-    kc.start_channels()
-    out: list[str] = []
-    try:
-        await kc.wait_for_ready(timeout=60)
-        await kc.execute_interactive(code, output_hook=lambda m: out.append(m["content"].get("text", ""))
-                                     if m["msg_type"] == "stream" else None, timeout=60)
-    finally:
-        kc.stop_channels()
-    return "".join(out)
-
-
 def _sent_answers(log: Path) -> list[dict[str, Any]]:
     """What the client answered to the server's elicitation/create requests (the server's log)."""
     if not log.exists():
@@ -89,22 +77,12 @@ async def test_only_the_asking_notebooks_kernel_answers_a_servers_question(
     if getattr(app, "_mcp_start", None) is None:  # pytest-jupyter does not run the started-server hook itself
         await app._start_jupyter_server_extension(jp_serverapp)
 
-    async def rpc(method: str, params: dict[str, Any], cred: dict[str, str] | None = None) -> dict[str, Any]:
-        resp = await jp_fetch("relay", "rpc", method="POST", headers=cred or {}, request_timeout=60,
-                              body=json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        return json.loads(resp.body)
+    rig = KernelRig(jp_fetch, jp_serverapp)
+    rpc, session, credential = rig.rpc, rig.session, rig.credential
 
     def code(answer: dict[str, Any]) -> str:
         assert "error" in answer, answer
         return answer["error"].get("data", {}).get("code") or str(answer["error"]["code"])
-
-    async def session(path: str) -> str:
-        resp = await jp_fetch("api", "sessions", method="POST", request_timeout=120, body=json.dumps(
-            {"path": path, "type": "notebook", "kernel": {"name": "python3"}}))
-        return json.loads(resp.body)["kernel"]["id"]
-
-    async def credential(kernel_id: str) -> dict[str, str]:
-        return {"Authorization": "RelayKernel " + (await _in_kernel(jp_serverapp, kernel_id, CRED)).strip()}
 
     ka = await session("a.ipynb")
     kb = await session("b.ipynb")
