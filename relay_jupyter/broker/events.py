@@ -359,6 +359,12 @@ class EventBus:
     def subscribers(self) -> int:
         return len(self._subscribers)
 
+    def kernel_clients(self, origin: str) -> set[str]:
+        """The client ids of the kernels whose event stream is live for ``origin`` now (the kernels a
+        live-only event of that origin reaches: broker/mcp_gateway.py routes kernel tools by it)."""
+        return {s.caller.client_id for s in self._by_origin.get(origin, ())
+                if s.caller.kind is CallerKind.KERNEL and not s.closed}
+
     def max_lag(self) -> int:
         """Events appended but not yet handed to the slowest live subscriber (buffered frames)."""
         return max((s.pending for s in self._subscribers), default=0)

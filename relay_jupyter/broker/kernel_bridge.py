@@ -39,6 +39,8 @@ KERNEL_TOOL_SPECS: tuple[ToolSpec, ...] = tuple(
              tool_class=ToolClass(t.tool_class), parallel_safe=t.parallel_safe, runs_code=t.runs_code)
     for t in KERNEL_TOOLS)
 _BY_NAME = {s.name: s for s in KERNEL_TOOL_SPECS}
+#: Kernel tools that act on the cell the run's ``%%agent`` runs in (its execute reply's payload).
+_NEEDS_A_CELL = frozenset({"propose_cell"})
 
 
 @dataclass
@@ -70,12 +72,17 @@ class KernelBridge:
 
     def tool_specs(self, ctx: ToolContext) -> list[ToolSpec]:
         """The kernel tools, only when a kernel is the caller (they run in that kernel:
-        :func:`~relay_jupyter.core.tooling.offers_kernel_tools`)."""
-        return list(KERNEL_TOOL_SPECS) if offers_kernel_tools(ctx) else []
+        :func:`~relay_jupyter.core.tooling.offers_kernel_tools`). An outside gateway client (``ctx.kernel``)
+        gets no ``propose_cell``: with no cell of its running there is nothing to insert a cell below."""
+        if not offers_kernel_tools(ctx):
+            return []
+        return [s for s in KERNEL_TOOL_SPECS if s.name not in _NEEDS_A_CELL] if ctx.kernel else list(KERNEL_TOOL_SPECS)
 
     async def tool_current(self, ctx: ToolContext, name: str) -> ToolSpec | None:
         """Built-in tools do not change while the broker runs."""
-        return _BY_NAME.get(name) if offers_kernel_tools(ctx) else None
+        if not offers_kernel_tools(ctx) or (ctx.kernel and name in _NEEDS_A_CELL):
+            return None
+        return _BY_NAME.get(name)
 
     async def tool_preflight(self, ctx: ToolContext, name: str, args: dict[str, Any]) -> Preflight:
         """Kernel tools have no local check beyond the schema (the card shows the exact code)."""
@@ -83,28 +90,40 @@ class KernelBridge:
 
     async def tool_call(self, ctx: ToolContext, name: str, args: dict[str, Any],
                         approved_preview: dict[str, Any]) -> ToolResult:
-        """Ask the originating kernel (``ctx.originator`` of ``ctx.origin``) to run the tool."""
+        """Ask the originating kernel (``ctx.originator`` of ``ctx.origin``) to run the tool — or, for an outside
+        MCP client (``ctx.kernel``: broker/mcp_gateway.py), the origin's one live kernel, by a live-only request."""
+        if ctx.kernel:
+            return as_result(await self.call(ctx.origin, ctx.kernel, name, args, run_id=ctx.run_id, live_only=True))
         return as_result(await self.call(ctx.origin, ctx.originator or "", name, args, run_id=ctx.run_id))
 
     async def call(self, origin: str, client_id: str, tool: str, arguments: dict[str, Any], *,
-                   run_id: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+                   run_id: str | None = None, timeout: float | None = None, live_only: bool = False
+                   ) -> dict[str, Any]:
         """Ask kernel ``client_id`` (of ``origin``) to run ``tool``; return ``{content, is_error}``.
+
+        ``live_only`` (an outside gateway client's call, no run): the request goes only to the event streams
+        live now (never stored, so never replayed to a kernel that connects later), and only while
+        ``client_id`` is the one kernel whose stream is live for ``origin`` — checked with no await before
+        the delivery, so no other kernel of that notebook can receive (and run) it.
 
         Raises:
             RoutingRefusal: UNKNOWN_TOOL for a name that is not a kernel tool.
         """
         if self.spec(tool) is None:
             raise RoutingRefusal(Code.UNKNOWN_TOOL, f"{tool!r} is not a kernel tool")
+        if live_only and self.events.kernel_clients(origin) != {client_id}:
+            return {"content": f"{tool} needs the notebook's kernel: it is no longer the one kernel attached to "
+                               f"{origin} (run %load_ext relay_jupyter in it)", "is_error": True}
         request_id = f"kt_{secrets.token_hex(8)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = _Waiting(origin, client_id, future)
         try:
-            self.events.append(
-                EventType.KERNEL_TOOL_REQUEST,
-                {"request_id": request_id, "run_id": run_id, "tool": tool, "arguments": arguments,
-                 "client_id": client_id},
-                origin=origin, run_id=run_id,
-            )
+            data = {"request_id": request_id, "run_id": run_id, "tool": tool, "arguments": arguments,
+                    "client_id": client_id}
+            if live_only:
+                self.events.publish_unstored(EventType.KERNEL_TOOL_REQUEST, data, origin, run_id)
+            else:
+                self.events.append(EventType.KERNEL_TOOL_REQUEST, data, origin=origin, run_id=run_id)
             limit = self.timeout if timeout is None else timeout
             try:
                 async with asyncio.timeout(limit):

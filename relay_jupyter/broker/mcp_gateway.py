@@ -56,7 +56,8 @@ log = logging.getLogger(__name__)
 #: What ``initialize`` negotiates (oldest first); a client asking another version gets the newest.
 GATEWAY_PROTOCOL_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
 MAX_BODY_BYTES = 1 << 20
-_CALLER_KIND = "mcp-gateway"  # not "kernel": kernel tools only for an engine run's session (caller_kind)
+_CALLER_KIND = "mcp-gateway"  # not "kernel": kernel tools only for an engine run's session (caller_kind) or
+# through the notebook's one live kernel (ToolContext.kernel: _notebook_kernel)
 _TOKEN_PREFIX = "relay-mcp-"
 _UNAUTHORIZED = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"a relay MCP gateway token is required (Authorization: Bearer)"}}'
 
@@ -78,7 +79,8 @@ class GatewaySession:
     caller_kind: str | None = None
     """An engine run's session: the kind of the caller that started the run (``kernel``, ``daemon``). The calls
     then have that run's tool context, so the run's own kernel's tools are offered exactly as the relay engine
-    offers them (``core/tooling.offers_kernel_tools``). None (outside clients): never kernel tools."""
+    offers them (``core/tooling.offers_kernel_tools``). None (outside clients): kernel tools only through the
+    notebook's one live kernel (:meth:`McpGateway._notebook_kernel`)."""
     allowed: frozenset[str] | None = None
     """An engine run's ``--tools`` (``RunParams.tools``): only these of the granted tools are offered and callable,
     as the relay engine's ``ToolIndex(allowed=)``; None: every granted tool."""
@@ -189,11 +191,24 @@ class McpGateway:
         conversation = conversation_key(session.origin, session.conversation) if session.conversation else ""
         return ToolContext(origin=session.origin, conversation=conversation, originator=session.originator,
                            run_id=session.run_id, mode=session.mode,
-                           caller_kind=session.caller_kind or _CALLER_KIND)
+                           caller_kind=session.caller_kind or _CALLER_KIND, kernel=self._notebook_kernel(session))
+
+    def _notebook_kernel(self, session: GatewaySession) -> str | None:
+        """For an outside client's notebook token (no run, no engine): the client id of that notebook's kernel
+        when exactly one kernel's event stream is live for the origin (``%load_ext relay_jupyter`` opened it),
+        so kernel tools can run there (broker/kernel_bridge.py, live-only requests). None otherwise: with no
+        kernel, or two, kernel tools are not offered (two kernels could not be told apart by the request)."""
+        if session.caller_kind is not None or session.run_id is not None or session.originator is not None:
+            return None
+        if not session.origin.startswith("notebook:"):
+            return None
+        kernels = self.broker.events.kernel_clients(session.origin)
+        return next(iter(kernels)) if len(kernels) == 1 else None
 
     def tools(self, session: GatewaySession) -> list[dict[str, Any]]:
         """The origin's tools its grant allows, as MCP ``Tool`` objects (kernel tools only for an engine run
-        started by a kernel: that kernel's)."""
+        started by a kernel: that kernel's; or, for an outside client's notebook token, while that notebook's
+        one kernel is attached)."""
         grant = self.broker.grants.get(session.origin)
         if grant is None:
             return []

@@ -75,13 +75,20 @@ class ToolContext:
     user: str | None = None
     caller_kind: str | None = None
     """``kernel`` | ``browser`` | ``daemon``: kernel tools are offered only to a kernel's calls."""
+    kernel: str | None = None
+    """The client id of the origin's live kernel that runs kernel tools for a caller that is no kernel: an
+    outside MCP client's ``--notebook`` gateway token (broker/mcp_gateway.py). Its consent still goes to
+    ``originator`` (None: the side panel), never to that kernel."""
 
 
 def offers_kernel_tools(ctx: ToolContext) -> bool:
     """Kernel tools run in the kernel that asked: offered when a kernel is the originator — a kernel of
     the Jupyter server, a kernel attached to the standalone daemon (client ``daemon:kernel``; every
     client of a daemon is the same user, so the name routes, it does not authorize), or a user's kernel on
-    the JupyterHub service (``user:<name>/kernel:…``: the same, within that user)."""
+    the JupyterHub service (``user:<name>/kernel:…``: the same, within that user) — or when the broker
+    found the origin's one live kernel for an outside gateway client (``ctx.kernel``)."""
+    if ctx.kernel:
+        return True
     return bool(ctx.originator) and (ctx.caller_kind == "kernel" or (
         ctx.caller_kind == "daemon" and (is_daemon_kernel_client(ctx.originator)
                                          or is_hub_kernel_client(ctx.originator))))

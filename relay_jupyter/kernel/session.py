@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from ..core.errors import Code, RelayError
 from ..protocol import kernel_wire as wire
-from ..protocol.names import Method
+from ..protocol.names import EventType, Method
 from .client import Endpoint, RelayClient
 from .consent import ConsentPolicy, detect_surface
 from .conversations import ConversationBook, wire_cell_id
@@ -96,6 +96,10 @@ class EventPump:
         self.connected = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.failure: AgentError | None = None
+        self.tools: KernelTools | None = None
+        """Runs the kernel tools an outside MCP client asks for through the gateway (requests with no run)."""
+        self.served: dict[str, None] = {}   # those requests' ids, each run once (bounded)
+        self.serving: set[asyncio.Task[None]] = set()
 
     async def start(self, timeout: float = 10.0) -> None:
         """Connect (once) and wait until the subscription is live."""
@@ -127,6 +131,8 @@ class EventPump:
     def _dispatch(self, event: dict[str, Any]) -> None:
         run_id = event.get("run_id") or (event.get("data") or {}).get("run_id")
         if not isinstance(run_id, str):
+            if event.get("type") == EventType.KERNEL_TOOL_REQUEST:
+                self._serve_tool(event.get("data") or {})
             return
         queue = self.queues.get(run_id)
         if queue is not None:
@@ -137,6 +143,28 @@ class EventPump:
             held.append(event)
         while len(self.early) > _BUFFER_RUNS:
             self.early.pop(next(iter(self.early)))
+
+    def _serve_tool(self, data: dict[str, Any]) -> None:
+        """A kernel-tool request of no run: an outside MCP client's call through relay's gateway, gated (and,
+        for a write, approved in the side panel) by the broker, which sends it only while this kernel is the
+        notebook's one attached kernel, live only (never replayed). Run once per request id."""
+        request_id = data.get("request_id")
+        if self.tools is None or not isinstance(request_id, str) or request_id in self.served:
+            return
+        self.served[request_id] = None
+        while len(self.served) > 1000:
+            self.served.pop(next(iter(self.served)))
+        task = asyncio.ensure_future(self._answer_tool(request_id, data))
+        self.serving.add(task)
+        task.add_done_callback(self.serving.discard)
+
+    async def _answer_tool(self, request_id: str, data: dict[str, Any]) -> None:
+        assert self.tools is not None
+        arguments = data.get("arguments") if isinstance(data.get("arguments"), dict) else {}
+        content, is_error = self.tools.call(str(data.get("tool", "")), arguments)
+        with contextlib.suppress(AgentError):  # the broker gone or the request over: nothing to tell anyone
+            await self.client.call(Method.KERNEL_TOOL_RESULT, {"request_id": request_id, "content": content,
+                                                               "is_error": is_error})
 
     async def _run(self) -> None:
         attempts = 0
@@ -225,6 +253,7 @@ class Session:
         """Use ``client`` from now on, with a fresh event pump."""
         self.client = client
         self.pump = EventPump(client)
+        self.pump.tools = self.tools  # an outside MCP client's kernel tools (broker/mcp_gateway.py)
         self.broker_lacks_cell_ids = False  # another broker: it may take run.start's cell_id
         return client
 
