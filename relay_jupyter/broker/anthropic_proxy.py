@@ -208,7 +208,7 @@ class AnthropicProxy(GatedProxy):
                 estimate = RequestEstimate(estimate.input_tokens, max_tokens)
         # the session and lineage (pure hashing; stored by _forward only once the answer completed)
         sessions = getattr(self.broker, "sessions", None)
-        observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
+        observed = await sessions.observe_async(origin, client_headers, message) if sessions is not None else None
         # everything that can fail before the request goes out comes before the reservation: a hold taken and
         # then left by an exception would be charged in full when it expires
         meter = _AnthropicMeter(ceiling_chars=ceiling_for(max_tokens),

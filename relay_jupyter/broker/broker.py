@@ -77,8 +77,8 @@ class Broker:
         self.kernel_bridge = KernelBridge(self.events, timeout=config.kernel_tool_timeout)
         # one row per model request of the endpoints and of runs (core/telemetry.py, docs/telemetry.md)
         self.telemetry = Telemetry(store, observers=[self.metrics.observe_request])
-        # the endpoints' sessions and lineage (broker/sessions.py, core/lineage.py)
-        self.sessions = SessionBook()
+        # the endpoints' sessions and lineage (broker/sessions.py, core/lineage.py), kept in the store too
+        self.sessions = SessionBook(store=store)
         # wired later by their components
         self.runs: RunManager | None = None
         self.mcp: McpRegistry | None = None
@@ -271,6 +271,7 @@ class Broker:
             self.store.release_lease()
         except Exception as exc:  # a full disk: the lease then expires, or its pid is seen dead
             log.warning("relay: could not release the broker's lease: %s", exc)
+        self.sessions.close()  # its queued history writes land before the store closes
         self.audit.close()
         self.store.close()
 

@@ -293,7 +293,7 @@ class OpenAIProxy(GatedProxy):
         meter.counter = counter
         # the session and lineage, as for the Messages API (a system message is one of the messages here)
         sessions = getattr(self.broker, "sessions", None)
-        observed = sessions.observe(origin, client_headers, message) if sessions is not None else None
+        observed = await sessions.observe_async(origin, client_headers, message) if sessions is not None else None
         return await self._forward(f"{url}/chat/completions", body, {}, self._headers(key, client_headers), key,
                                    reservation, model, meter, observed=observed, profile=profile)
 

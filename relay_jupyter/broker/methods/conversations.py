@@ -25,6 +25,7 @@ from ...protocol.models_runs import (
 from ...protocol.names import Method
 from ...runtime.conversations import fork_history, next_turn
 from ..conversation_keys import conversation_key, conversation_name
+from ..sessions import is_session_row
 from ._access import NOTEBOOK, Namespace, Request, Scope
 
 __all__ = ["ACCESS", "rpc"]
@@ -61,7 +62,8 @@ def _owned(req: Request, conversation: str) -> tuple[str, dict[str, Any]]:
             doc="Conversations of the caller's origin (browser: all, or the named origin), newest first.")
 async def conversations_list(req: Request, params: ConversationsListParams) -> ConversationsListResult:
     rows = req.keep(_runtime(req).conversations.list_conversations(req.origin))
-    return ConversationsListResult(conversations=[_public(row) for row in rows])
+    # the endpoints' stored session histories share the table (broker/sessions.py): not chats
+    return ConversationsListResult(conversations=[_public(row) for row in rows if not is_session_row(row)])
 
 
 @rpc.method(Method.CONVERSATIONS_FORK, ConversationsForkParams, ConversationsForkResult,
