@@ -236,3 +236,158 @@ export function sessionLabel(session: string | null | undefined): string {
   }
   return text.length > 40 ? `${text.slice(0, 39)}…` : text;
 }
+
+// The lists' filter (runs, recent decisions). The broker applies some terms while it reads its store
+// (docs/protocol.md `runs.list` / `audit.tail`: `origin_prefix`, `tool`, `decision`), so a filtered list finds
+// rows older than the newest 1000; the panel applies the plain words to what it was sent:
+//   tool:NAME        exact tool name (`tool:run_code`, `tool:model:claude-x`)
+//   decision:WORD    exact decision (`decision:deny`)
+//   notebook:PATH    notebooks whose path starts with PATH (a folder `reports/`, or one notebook)
+//   origin:PREFIX    origins starting with PREFIX as the broker writes them (`daemon:`, `kernel:anon-`)
+//   other words      each must appear (case-folded) in the notebook, origin, tool, decision or code shown
+// A term given twice: the last one counts. An empty value (`tool:`) is a plain word.
+export interface IListFilter {
+  tool: string | null;
+  decision: string | null;
+  notebook: string | null;
+  origin: string | null;
+  words: string;
+}
+
+const TERMS = ['tool', 'decision', 'notebook', 'origin'] as const;
+
+export function parseFilter(filter: string): IListFilter {
+  const out: IListFilter = { tool: null, decision: null, notebook: null, origin: null, words: '' };
+  const words: string[] = [];
+  for (const word of String(filter ?? '').split(/\s+/).filter(w => w)) {
+    const cut = word.indexOf(':');
+    const key = cut > 0 ? word.slice(0, cut).toLowerCase() : '';
+    const value = cut > 0 ? word.slice(cut + 1) : '';
+    if ((TERMS as readonly string[]).includes(key) && value) {
+      out[key as (typeof TERMS)[number]] = value;
+    } else {
+      words.push(word);
+    }
+  }
+  out.words = words.join(' ');
+  return out;
+}
+
+// A hub user's panel sees only origins under its `user:<name>/` (and the broker refuses another prefix): the
+// prefix every origin the panel was shown lies under, or '' (a single-user server: no such prefix, or mixed).
+export function scopePrefix(origins: unknown[]): string {
+  let prefix: string | null = null;
+  for (const origin of origins) {
+    const m = /^(user:[^/]+\/)/.exec(String(origin ?? ''));
+    if (!m || (prefix !== null && prefix !== m[1])) {
+      return '';
+    }
+    prefix = m[1];
+  }
+  return prefix ?? '';
+}
+
+// the origin prefix a filter asks the broker for ("" none): `notebook:PATH` -> `<scope>notebook:PATH`,
+// `origin:P` -> P (under the hub user's scope unless it already names it)
+export function originPrefixOf(filter: IListFilter, scope = ''): string | null {
+  if (filter.origin !== null) {
+    return scope && !filter.origin.startsWith(scope) ? `${scope}${filter.origin}` : filter.origin;
+  }
+  if (filter.notebook !== null) {
+    return `${scope}notebook:${filter.notebook}`;
+  }
+  return null;
+}
+
+// `audit.tail`'s params for a filter (the bounds are the protocol's: tool <= 512, decision <= 64 characters;
+// a longer term matches nothing, so it is left to the panel's words and the broker is not asked with it)
+export function auditParams(filter: IListFilter, n: number, scope = ''): { [key: string]: any } {
+  const params: { [key: string]: any } = { n };
+  const prefix = originPrefixOf(filter, scope);
+  if (prefix !== null && prefix.length <= 4096) {
+    params.origin_prefix = prefix;
+  }
+  if (filter.tool !== null && filter.tool.length <= 512) {
+    params.tool = filter.tool;
+  }
+  if (filter.decision !== null && filter.decision.length <= 64) {
+    params.decision = filter.decision;
+  }
+  return params;
+}
+
+// `runs.list`'s params for a filter: a run has an origin, no tool or decision (those terms do not narrow runs)
+export function runsParams(filter: IListFilter, limit: number, scope = ''): { [key: string]: any } {
+  const params: { [key: string]: any } = { limit };
+  const prefix = originPrefixOf(filter, scope);
+  if (prefix !== null && prefix.length <= 4096) {
+    params.origin_prefix = prefix;
+  }
+  return params;
+}
+
+// a run matches the plain words of a filter when each appears in its notebook, origin, model or state
+export function runMatches(run: any, words: string): boolean {
+  const wanted = String(words ?? '').toLowerCase().split(/\s+/).filter(w => w);
+  if (wanted.length === 0) {
+    return true;
+  }
+  const model = run?.meta && typeof run.meta === 'object' ? run.meta.model : '';
+  const hay = [notebookOf(run?.origin), run?.origin, model, run?.state, run?.run_id]
+    .map(v => String(v ?? '').toLowerCase())
+    .join('\n');
+  return wanted.every(w => hay.includes(w));
+}
+
+// the day budgets of the profiles a grant caps (issue 16 item 6; budget.get's `usage.profiles`, only when the
+// grant has `profile_budgets`): "profile team: 1,086 of 50,000 tokens, $0.0226 of $10.00 today · 48,914 tokens,
+// $9.97 left" and a meter per limit; read-only (a limit changes only with a fresh consent). `profile` is the
+// broker's string as it is: the panel shows it through a text node only.
+export interface IProfileBudget {
+  profile: string;
+  text: string;
+  meters: IMeter[];
+}
+
+export function profileBudgets(usage: any): IProfileBudget[] {
+  const rows = usage && typeof usage === 'object' && Array.isArray(usage.profiles) ? usage.profiles : [];
+  const out: IProfileBudget[] = [];
+  for (const row of rows) {
+    if (!row || typeof row !== 'object') {
+      continue;
+    }
+    const profile = String(row.profile ?? '');
+    const left: string[] = [];
+    const leftTokens = Number(row.remaining_tokens);
+    if (row.remaining_tokens != null && Number.isFinite(leftTokens)) {
+      left.push(`${Math.max(0, leftTokens).toLocaleString('en-US')} tokens`);
+    }
+    const leftCost = Number(row.remaining_cost_usd);
+    if (row.remaining_cost_usd != null && Number.isFinite(leftCost)) {
+      left.push(`$${Math.max(0, leftCost).toFixed(2)}`);
+    }
+    const text = `profile ${profile}: ${usageLine(row).text}${left.length ? ` · ${left.join(', ')} left` : ''}`;
+    const meters = budgetMeters(row).map(m => ({ ...m, label: `profile ${m.label}` }));
+    out.push({ profile, text, meters });
+  }
+  return out;
+}
+
+// a record (audit) or run matches a whole filter: its broker terms (applied again here, so what is shown while a
+// new query is in flight already fits) and its plain words
+export function recordMatches(record: any, filter: IListFilter, scope = '', kind: 'audit' | 'run' = 'audit'): boolean {
+  const prefix = originPrefixOf(filter, scope);
+  if (prefix !== null && !String(record?.origin ?? '').startsWith(prefix)) {
+    return false;
+  }
+  if (kind === 'audit') {
+    if (filter.tool !== null && String(record?.tool ?? '') !== filter.tool) {
+      return false;
+    }
+    if (filter.decision !== null && String(record?.decision ?? '') !== filter.decision) {
+      return false;
+    }
+    return auditMatches(record, filter.words);
+  }
+  return runMatches(record, filter.words);
+}

@@ -4,15 +4,15 @@
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
 import { Widget } from '@lumino/widgets';
 import {
-  auditMatches, budgetMeters, IMeter, lineageLine, notebookOf, offeredChoices, sessionLabel, sessionsOf, teamBudgets,
-  timeOf, usageLine, visible
+  auditParams, budgetMeters, IMeter, lineageLine, notebookOf, offeredChoices, parseFilter, profileBudgets,
+  recordMatches, runsParams, scopePrefix, sessionLabel, sessionsOf, teamBudgets, timeOf, usageLine, visible
 } from './model';
 import { IRelayEvent, RelayClient, RelayError } from './rpc';
 import { McpSignInSection } from './mcpSignin';
 
 export {
-  auditMatches, budgetMeters, lineageLine, notebookOf, offeredChoices, offeredScopes, sessionLabel, sessionsOf,
-  teamBudgets, timeOf, usageLine, visible
+  auditMatches, auditParams, budgetMeters, lineageLine, notebookOf, offeredChoices, offeredScopes, parseFilter,
+  profileBudgets, recordMatches, runMatches, runsParams, scopePrefix, sessionLabel, sessionsOf, teamBudgets, timeOf, usageLine, visible
 } from './model';
 
 interface IPending {
@@ -74,6 +74,11 @@ function argumentsBesideCode(args: any): any {
 // the audit tail the panel reads, and how many of its newest (matching) records it shows
 const AUDIT_TAIL = 200;
 const AUDIT_SHOWN = 20;
+// the runs the panel shows, and how many of the newest it reads for the status bar's running count
+const RUNS_SHOWN = 10;
+const RUNS_COUNTED = 100;
+// a filter typed into a box asks the broker once typing pauses
+const FILTER_DEBOUNCE_MS = 300;
 // the model requests the sessions section groups (telemetry.query's newest rows), how many sessions it shows, and
 // how often it looks again while the panel is shown (a request through relay/anthropic sends no event)
 const TELEMETRY_ROWS = 1000;
@@ -111,6 +116,21 @@ export class RelayPanel extends Widget {
   // "Sign in to <server>" for HTTP MCP servers with OAuth (mcpSignin.ts, F's; hidden when there are none)
   private signIns = new McpSignInSection(this.client);
   private grantsGeneration = 0;
+  // a hub user's `user:<name>/` (from the origins shown), put before a filter's notebook path: the broker lists
+  // a hub panel's own origins only (scopePrefix)
+  private scope = '';
+  private runsFilter = el('input', {
+    class: 'jp-relay-runs-filter jp-mod-styled',
+    type: 'search',
+    placeholder: 'filter: notebook:folder/ or words',
+    'aria-label': 'Filter the runs'
+  });
+  private latestRuns: any[] = [];
+  private lastAudit: { records: any[]; error: string | null } = { records: [], error: null };
+  private lastRuns: { runs: any[]; error: string | null } | null = null;
+  private auditGeneration = 0;
+  private runsGeneration = 0;
+  private filterTimers: { [list: string]: number } = {};
 
   constructor() {
     super();
@@ -143,6 +163,7 @@ export class RelayPanel extends Widget {
       el('h3', {}, 'Grants and budgets'),
       this.grants,
       el('h3', {}, 'Runs'),
+      this.runsFilter,
       this.runs,
       el('h3', {}, 'Model sessions'),
       this.sessions,
@@ -151,7 +172,17 @@ export class RelayPanel extends Widget {
       this.audit,
       refresh
     );
-    this.auditFilter.oninput = () => this.renderAudit(this.auditRecords);
+    // the filter's terms for the broker (tool:, decision:, notebook:, origin:) are asked of it, so a match older
+    // than the newest rows is found; its plain words narrow what it sent (model.ts parseFilter)
+    // (what was sent is narrowed at once, the broker is asked again when typing pauses)
+    this.auditFilter.oninput = () => {
+      this.renderAudit(this.lastAudit);
+      this.filterChanged('audit', () => this.reloadAudit());
+    };
+    this.runsFilter.oninput = () => {
+      this.renderRuns(this.lastRuns);
+      this.filterChanged('runs', () => this.reloadRuns());
+    };
     void this.start();
   }
 
@@ -172,6 +203,8 @@ export class RelayPanel extends Widget {
     this.sessionsTimer = window.setInterval(() => {
       if (this.isVisible) {
         void this.refreshSessions();
+        // a sign-in started from a cell (relay.sign_in) sends no event yet (docs/panel.md): looked at again here
+        void this.signIns.refresh();
       }
     }, SESSIONS_POLL_MS);
     await this.refresh();
@@ -210,12 +243,15 @@ export class RelayPanel extends Widget {
     const flight = { added: new Map<string, IPending>(), resolved: new Set<string>() };
     this.inFlight = flight;
     try {
-      const [pending, grants, audit, runs, trust] = await Promise.all([
+      const auditGeneration = ++this.auditGeneration;
+      const runsGeneration = ++this.runsGeneration;
+      const [pending, grants, audit, runs, trust, filteredRuns] = await Promise.all([
         this.client.call('permission.pending'),
         this.client.call('grants.list'),
-        this.client.call('audit.tail', { n: AUDIT_TAIL }),
-        this.client.call('runs.list', { limit: 100 }),
+        this.queryAudit(),
+        this.client.call('runs.list', { limit: RUNS_COUNTED }),
         this.client.call('trust.list'),
+        this.queryRuns(),
         this.refreshSessions(),
         this.signIns.refresh()
       ]);
@@ -234,9 +270,22 @@ export class RelayPanel extends Widget {
         }
       }
       this.renderApprovals();
+      const scope = scopePrefix([...(grants.grants ?? []), ...(runs.runs ?? [])].map((row: any) => row?.origin));
+      const rescoped = scope !== this.scope;
+      this.scope = scope;
       await this.renderGrants(grants.grants ?? [], trust.trust ?? []);
-      this.renderAudit(audit.records ?? []);
-      this.renderRuns(runs.runs ?? []);
+      this.latestRuns = runs.runs ?? [];
+      this.running = this.latestRuns.filter(run => run.state === 'running').length;
+      if (auditGeneration === this.auditGeneration) {
+        this.renderAudit(audit);
+      }
+      if (runsGeneration === this.runsGeneration) {
+        this.renderRuns(filteredRuns);
+      }
+      if (rescoped && (this.auditFilter.value.trim() || this.runsFilter.value.trim())) {
+        void this.reloadAudit(); // asked before the hub user's scope was known
+        void this.reloadRuns();
+      }
       this.status.textContent = 'Connected to the relay broker.';
       this.status.classList.remove('jp-relay-error');
     } catch (err) {
@@ -384,6 +433,15 @@ export class RelayPanel extends Widget {
         for (const meter of budgetMeters(got)) {
           meters.append(meterRow(meter));
         }
+        // the day limits of the profiles the grant caps (usage.profiles: only with profile_budgets), read-only
+        for (const capped of profileBudgets(got)) {
+          const block = el('div', { class: 'jp-relay-profile' },
+            el('div', { class: 'jp-relay-profile-line', title: visible(capped.text) }, capped.text));
+          for (const meter of capped.meters) {
+            block.append(meterRow(meter));
+          }
+          meters.append(block);
+        }
         // the teams the notebook's user draws from with it (usage.teams: only where teams are configured)
         for (const team of teamBudgets(got)) {
           const block = el('div', { class: 'jp-relay-team' },
@@ -440,19 +498,72 @@ export class RelayPanel extends Widget {
     this.emitSummary();
   }
 
-  private auditRecords: any[] = [];
   private auditFilter = el('input', {
     class: 'jp-relay-audit-filter jp-mod-styled',
     type: 'search',
-    placeholder: 'filter: notebook, tool, decision, code',
+    placeholder: 'filter: tool:NAME decision:deny notebook:folder/ or words',
     'aria-label': 'Filter the recent decisions'
   });
 
-  private renderAudit(records: any[]): void {
-    this.auditRecords = records;
+  // one query per pause in typing (a box's own timer)
+  private filterChanged(list: string, reload: () => Promise<void>): void {
+    if (this.filterTimers[list] !== undefined) {
+      window.clearTimeout(this.filterTimers[list]);
+    }
+    this.filterTimers[list] = window.setTimeout(() => {
+      delete this.filterTimers[list];
+      void reload();
+    }, FILTER_DEBOUNCE_MS);
+  }
+
+  // the newest AUDIT_TAIL records matching the filter's broker terms (in the log, however old), or the error
+  private async queryAudit(): Promise<{ records: any[]; error: string | null }> {
+    const params = auditParams(parseFilter(this.auditFilter.value), AUDIT_TAIL, this.scope);
+    try {
+      return { records: (await this.client.call('audit.tail', params)).records ?? [], error: null };
+    } catch (err) {
+      return { records: [], error: err instanceof RelayError ? err.message : String(err) };
+    }
+  }
+
+  private async reloadAudit(): Promise<void> {
+    const generation = ++this.auditGeneration;
+    const got = await this.queryAudit();
+    if (generation === this.auditGeneration) {
+      this.renderAudit(got); // an answer to an older filter is dropped
+    }
+  }
+
+  // the runs shown: the newest of every notebook, or those the filter's origin terms select (in the journal)
+  private async queryRuns(): Promise<{ runs: any[]; error: string | null } | null> {
+    const params = runsParams(parseFilter(this.runsFilter.value), RUNS_COUNTED, this.scope);
+    if (params.origin_prefix === undefined) {
+      return null; // the unfiltered newest runs (refresh's own list)
+    }
+    try {
+      return { runs: (await this.client.call('runs.list', params)).runs ?? [], error: null };
+    } catch (err) {
+      return { runs: [], error: err instanceof RelayError ? err.message : String(err) };
+    }
+  }
+
+  private async reloadRuns(): Promise<void> {
+    const generation = ++this.runsGeneration;
+    const got = await this.queryRuns();
+    if (generation === this.runsGeneration) {
+      this.renderRuns(got);
+    }
+  }
+
+  private renderAudit(got: { records: any[]; error: string | null }): void {
+    this.lastAudit = got;
     this.audit.replaceChildren();
-    const filter = this.auditFilter.value;
-    records = records.filter(record => auditMatches(record, filter));
+    if (got.error !== null) {
+      this.audit.append(el('p', { class: 'jp-relay-error' }, `Decisions unavailable: ${got.error}`));
+      return;
+    }
+    const filter = parseFilter(this.auditFilter.value);
+    const records = got.records.filter(record => recordMatches(record, filter, this.scope, 'audit'));
     const table = el('table', { class: 'jp-relay-audit-table' });
     table.append(
       el('tr', {}, el('th', {}, 'time'), el('th', {}, 'notebook'), el('th', {}, 'tool'), el('th', {}, 'decision'),
@@ -472,16 +583,27 @@ export class RelayPanel extends Widget {
       );
     }
     this.audit.append(table);
+    if (records.length === 0 && this.auditFilter.value.trim()) {
+      this.audit.append(el('p', { class: 'jp-relay-empty' }, 'No decision matches the filter.'));
+    }
   }
 
-  private renderRuns(runs: any[]): void {
-    // the latest runs of every notebook (runs.list from the browser: all origins), a running one with Cancel
+  private renderRuns(filtered: { runs: any[]; error: string | null } | null): void {
+    // the latest runs of every notebook (runs.list from the browser: all origins), or those of the filter's
+    // notebooks; a running one with Cancel. The status bar counts the running ones among the latest of all.
+    this.lastRuns = filtered;
     this.runs.replaceChildren();
-    this.running = runs.filter(run => run.state === 'running').length;
     this.emitSummary();
-    runs = runs.slice(0, 10);
+    if (filtered?.error) {
+      this.runs.append(el('p', { class: 'jp-relay-error' }, `Runs unavailable: ${filtered.error}`));
+      return;
+    }
+    const filter = parseFilter(this.runsFilter.value);
+    const runs = (filtered?.runs ?? this.latestRuns).filter(run => recordMatches(run, filter, this.scope, 'run'))
+      .slice(0, RUNS_SHOWN);
     if (runs.length === 0) {
-      this.runs.append(el('p', { class: 'jp-relay-empty' }, 'No runs yet.'));
+      this.runs.append(el('p', { class: 'jp-relay-empty' },
+        this.runsFilter.value.trim() ? 'No run matches the filter.' : 'No runs yet.'));
       return;
     }
     // one small card per run (a five-column table cut the Cancel button off at the panel's default width)

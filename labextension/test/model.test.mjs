@@ -2,7 +2,10 @@
 // Plain Node (node:test), no JupyterLab: run by tests/kernel/test_panel_model.py.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { auditMatches, notebookOf, offeredChoices, offeredScopes, timeOf, usageLine, visible } from '../lib/model.js';
+import {
+  auditMatches, auditParams, notebookOf, offeredChoices, offeredScopes, parseFilter, profileBudgets, recordMatches, runMatches, runsParams,
+  scopePrefix, timeOf, usageLine, visible
+} from '../lib/model.js';
 
 test('visible shows bidi and control characters as code points and keeps ZWJ', () => {
   assert.equal(visible('a\u202egnp.exe'), 'a<U+202E>gnp.exe');
@@ -170,4 +173,79 @@ test('team budgets: none without usage.teams, a line and day meters per team, a 
   const hostile = '<img src=x onerror=alert(1)>\u202e';
   assert.equal(teamBudgets({ teams: [{ team: hostile, day: day({}) }] })[0].team, hostile);
   assert.ok(!teamBudgets({ teams: [{ team: {}, day: {} }] })[0].text.includes('{'));
+});
+
+test('a filter splits into the terms the broker applies and the words the panel applies', () => {
+  const f = parseFilter('  tool:run_code Decision:deny notebook:reports/ q4  SALES ');
+  assert.deepEqual(f, { tool: 'run_code', decision: 'deny', notebook: 'reports/', origin: null, words: 'q4 SALES' });
+  assert.deepEqual(parseFilter(''), { tool: null, decision: null, notebook: null, origin: null, words: '' });
+  // an empty value, an unknown key and a colon inside a value
+  assert.deepEqual(parseFilter('tool: code:X tool:model:claude-x'),
+    { tool: 'model:claude-x', decision: null, notebook: null, origin: null, words: 'tool: code:X' });
+  assert.deepEqual(parseFilter('origin:daemon: tool:a tool:b').tool, 'b'); // the last one counts
+  assert.deepEqual(auditParams(f, 200), { n: 200, origin_prefix: 'notebook:reports/', tool: 'run_code', decision: 'deny' });
+  assert.deepEqual(auditParams(parseFilter('just words'), 200), { n: 200 });
+  assert.deepEqual(auditParams(parseFilter('origin:daemon:'), 50), { n: 50, origin_prefix: 'daemon:' });
+  // beyond the protocol's bounds a term is not sent (the broker would refuse the whole call)
+  assert.deepEqual(auditParams(parseFilter(`tool:${'x'.repeat(513)} decision:${'d'.repeat(65)}`), 9), { n: 9 });
+  assert.deepEqual(runsParams(f, 100), { limit: 100, origin_prefix: 'notebook:reports/' });
+  assert.deepEqual(runsParams(parseFilter('tool:run_code'), 100), { limit: 100 });
+});
+
+test('a hub user\'s scope goes before the filter\'s notebook path, never twice', () => {
+  assert.equal(scopePrefix(['user:alice/notebook:a.ipynb', 'user:alice/kernel:anon-1']), 'user:alice/');
+  assert.equal(scopePrefix(['user:alice/notebook:a.ipynb', 'user:bob/notebook:b.ipynb']), '');
+  assert.equal(scopePrefix(['notebook:a.ipynb', 'user:alice/notebook:b.ipynb']), '');
+  assert.equal(scopePrefix([]), '');
+  assert.equal(scopePrefix([null, undefined]), '');
+  const scoped = auditParams(parseFilter('notebook:reports/'), 10, 'user:alice/');
+  assert.equal(scoped.origin_prefix, 'user:alice/notebook:reports/');
+  assert.equal(auditParams(parseFilter('origin:user:alice/kernel:'), 10, 'user:alice/').origin_prefix,
+    'user:alice/kernel:');
+  assert.equal(auditParams(parseFilter('origin:kernel:'), 10, 'user:alice/').origin_prefix, 'user:alice/kernel:');
+});
+
+test('a run matches the plain words in its notebook, model or state', () => {
+  const run = { run_id: 'run_1', origin: 'notebook:reports/q4.ipynb', state: 'done', meta: { model: 'claude-x' } };
+  assert.ok(runMatches(run, ''));
+  assert.ok(runMatches(run, 'Q4 done'));
+  assert.ok(runMatches(run, 'claude'));
+  assert.ok(!runMatches(run, 'running'));
+  assert.ok(runMatches({}, '') && !runMatches({}, 'x') && !runMatches(null, 'x'));
+});
+
+test('profile budgets: a line and a meter per day limit, read-only figures of usage.profiles', () => {
+  const usage = { tokens: 5, profiles: [
+    { profile: 'team', tokens: 1086, cost_usd: 0.0226, tokens_limit: 50000, cost_limit: 10, remaining_tokens: 48914,
+      remaining_cost_usd: 9.9774 },
+    { profile: 'local', tokens: 70, cost_usd: 0, tokens_limit: 60, cost_limit: null, remaining_tokens: 0,
+      remaining_cost_usd: null },
+    null, 'x'] };
+  const [team, local, ...rest] = profileBudgets(usage);
+  assert.equal(rest.length, 0);
+  assert.equal(team.text, 'profile team: 1,086 of 50,000 tokens, $0.0226 of $10.00 today · 48,914 tokens, $9.98 left');
+  assert.deepEqual(team.meters.map(m => [m.label, m.used, m.limit, m.over]),
+    [['profile tokens today', 1086, 50000, false], ['profile cost today (USD)', 0.0226, 10, false]]);
+  assert.equal(local.text, 'profile local: 70 of 60 tokens, $0.0000 today · 0 tokens left');
+  assert.deepEqual(local.meters.map(m => [m.label, m.over, m.fraction]), [['profile tokens today', true, 1]]);
+  assert.deepEqual(profileBudgets({}), []);
+  assert.deepEqual(profileBudgets(null), []);
+  assert.deepEqual(profileBudgets({ profiles: 'no' }), []);
+  assert.equal(profileBudgets({ profiles: [{ profile: '<img src=x>' }] })[0].text, 'profile <img src=x>: 0 tokens, $0.0000 today');
+});
+
+test('the whole filter is applied to what is shown, terms exactly, words as words', () => {
+  const old = { origin: 'notebook:reports/q3.ipynb', tool: 'scratch_push', decision: 'deny', code: 'CONSENT_DENIED' };
+  const f = parseFilter('tool:scratch_push decision:deny notebook:reports/ q3');
+  assert.ok(recordMatches(old, f));
+  assert.ok(!recordMatches(old, parseFilter('tool:scratch')));           // exact, not a substring
+  assert.ok(!recordMatches(old, parseFilter('decision:allow')));
+  assert.ok(!recordMatches(old, parseFilter('notebook:q3.ipynb')));      // a path prefix
+  assert.ok(!recordMatches(old, parseFilter('tool:scratch_push zzz')));
+  assert.ok(!recordMatches(old, parseFilter('notebook:reports/'), 'user:alice/')); // under the hub user's scope only
+  assert.ok(recordMatches({ ...old, origin: 'user:alice/notebook:reports/q3.ipynb' }, parseFilter('notebook:reports/'),
+    'user:alice/'));
+  const run = { origin: 'notebook:reports/q3.ipynb', state: 'done' };
+  assert.ok(recordMatches(run, parseFilter('notebook:reports/ done tool:ignored-for-runs'), '', 'run'));
+  assert.ok(!recordMatches(run, parseFilter('notebook:other/'), '', 'run'));
 });

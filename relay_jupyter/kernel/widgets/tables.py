@@ -11,7 +11,8 @@ from typing import Any
 from ..rendering import chrome_html, visible
 from .base import esc, html_widget, pretty_json, short, show
 
-__all__ = ["BudgetMeters", "GrantsTable", "RunView", "budget_numbers", "budget_words", "frame", "local_time"]
+__all__ = ["BudgetMeters", "GrantsTable", "RunView", "budget_numbers", "budget_words", "frame", "local_time",
+           "profile_budget_words"]
 
 #: record fields that hold epoch seconds (audit ``ts``, runs ``started_at`` / ``finished_at``, grants, checkpoints)
 TIME_COLUMNS = ("ts", "started_at", "finished_at", "created_at", "expires_at", "updated_at", "applied_at",
@@ -81,8 +82,10 @@ class GrantsTable:
             return "relay: no grants"
         lines = ["relay grants:"]
         for g in self.grants:
+            per_profile = profile_budget_words(g.get("profile_budgets"))
             lines.append(f"  {visible(str(g.get('origin')), newlines=False)}: tools [{_fmt_list(g.get('tools', []))}], "
-                         f"models [{_fmt_list(g.get('models', []))}], budget: {budget_words(g.get('budget'))}")
+                         f"models [{_fmt_list(g.get('models', []))}], budget: {budget_words(g.get('budget'))}"
+                         + (f", profile budgets: {per_profile}" if per_profile else ""))
         return "\n".join(lines)
 
     def show(self) -> None:
@@ -97,7 +100,9 @@ class GrantsTable:
                 f"title='{esc(origin, newlines=False)}'><code>{esc(origin, newlines=False)}</code></div>"
                 f"<div>tools: {esc(_fmt_list(grant.get('tools', [])))}; "
                 f"models: {esc(_fmt_list(grant.get('models', [])))}</div>"
-                f"<div>budget: {esc(budget_words(grant.get('budget')))}</div>")
+                f"<div>budget: {esc(budget_words(grant.get('budget')))}</div>"
+                + (f"<div>profile budgets: {esc(profile_budget_words(grant.get('profile_budgets')))}</div>"
+                   if profile_budget_words(grant.get("profile_budgets")) else ""))
             # the button keeps its width (it was squeezed to "R…" by a long label beside it)
             button = w.Button(description="Revoke", button_style="danger", tooltip=f"revoke the grant of {origin}",
                               layout=w.Layout(width="auto", min_width="6em", flex="0 0 auto"))
@@ -136,8 +141,37 @@ def budget_numbers(info: dict[str, Any]) -> list[tuple[str, float | None, float 
         ("tokens today", _number(usage.get("tokens")) or 0.0, _number(usage.get("tokens_limit")), "tokens"),
         ("estimated cost today", _number(usage.get("cost_usd")) or 0.0, _number(usage.get("cost_limit")), "USD"),
         ("requests in the last minute", used_rpm, limit_rpm, "req"),
+        *_profile_rows(usage.get("profiles")),
         *_team_rows(usage.get("teams")),
     ]
+
+
+def _profile_rows(profiles: Any) -> list[tuple[str, float | None, float | None, str]]:
+    """The day limits of the profiles the grant caps (``Grant.profile_budgets``, budget.get's ``usage.profiles``):
+    used (with what is in flight to that profile) against each limit it has. Read-only here: a profile's limit
+    changes only with a fresh consent (``grants.create``)."""
+    rows: list[tuple[str, float | None, float | None, str]] = []
+    for row in profiles if isinstance(profiles, list) else []:
+        if not isinstance(row, dict):
+            continue
+        name = visible(str(row.get("profile", "?")), newlines=False)
+        for used, held, limit, unit, what in (("tokens", "reserved_tokens", "tokens_limit", "tokens", "tokens"),
+                                              ("cost_usd", "reserved_cost_usd", "cost_limit", "USD", "cost")):
+            cap = _number(row.get(limit))
+            if cap is not None:
+                spent = (_number(row.get(used)) or 0.0) + (_number(row.get(held)) or 0.0)
+                rows.append((f"profile {name} {what} today", spent, cap, unit))
+    return rows
+
+
+def profile_budget_words(limits: Any) -> str:
+    """A grant's ``profile_budgets`` in words (``team: 50,000 tokens/day · $10.00/day``), "" when it has none."""
+    parts = []
+    for row in limits if isinstance(limits, list) else []:
+        if isinstance(row, dict) and row.get("profile"):
+            words = budget_words({k: row.get(k) for k in ("tokens_per_day", "cost_per_day_usd")})
+            parts.append(f"{visible(str(row['profile']), newlines=False)}: {words}")
+    return "; ".join(parts)
 
 
 def _team_rows(teams: Any) -> list[tuple[str, float | None, float | None, str]]:
