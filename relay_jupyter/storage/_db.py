@@ -29,7 +29,7 @@ from .dialect import SQLITE, SqlStore
 from .errors import StorageUnavailable, StoreError, storage_failure
 from .schema import migrate
 
-__all__ = ["Database", "check_amount", "check_text", "dumps"]
+__all__ = ["Database", "StoreLock", "check_amount", "check_text", "dumps"]
 
 BUSY_TIMEOUT_MS = 5000
 MIN_FREE_BYTES = 1 << 20
@@ -93,6 +93,42 @@ def _enable_incremental_vacuum(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
+class StoreLock:
+    """The store's re-entrant lock, which also knows whether the calling thread holds it.
+
+    ``threading.RLock`` has no public "held by this thread" (its ``_is_owned`` is private), so a
+    per-thread count of this lock's acquisitions answers it: :meth:`held` is what routes a read
+    inside the thread's own locked section (a transaction, the checkpoint journal's reads) to the
+    writer connection, where it sees the uncommitted writes.
+    """
+
+    __slots__ = ("_lock", "_local")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._local = threading.local()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        return True
+
+    def release(self) -> None:
+        self._lock.release()  # raises RuntimeError (count untouched) when this thread does not hold it
+        self._local.depth -= 1
+
+    def held(self) -> bool:
+        """True when the calling thread holds the lock."""
+        return getattr(self._local, "depth", 0) > 0
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class Database(SqlStore):
     """Connection, lock, clock and transactions; the store's mixins build on this."""
 
@@ -100,7 +136,7 @@ class Database(SqlStore):
 
     def __init__(self, conn: sqlite3.Connection, path: Path, clock: Callable[[], float]) -> None:
         self._conn: sqlite3.Connection | None = conn
-        self._lock = threading.RLock()
+        self._lock = StoreLock()
         self._clock = clock
         self._depth = 0
         """Nesting of :meth:`transaction` on the thread holding the lock (0: none open)."""
@@ -251,7 +287,7 @@ class Database(SqlStore):
         """The read connection for a read of this thread, or None when the read belongs on the writer
         connection: inside this thread's own transaction (it sees its uncommitted writes), or a
         database that is not a file."""
-        if self._lock._is_owned() or self._conn is None:  # type: ignore[attr-defined]
+        if self._lock.held() or self._conn is None:
             return None
         if self._reader is None:
             if not self.path.is_file():
