@@ -25,7 +25,13 @@ import httpx2
 
 from ..core.netaddr import is_loopback_host
 
-__all__ = ["StreamCompressed", "StreamTooLarge", "capped_client"]
+__all__ = ["POOL_LIMITS", "StreamCompressed", "StreamTooLarge", "capped_client"]
+
+#: The connection pool of a model backend's one client (shared by every run of that backend): the official
+#: SDKs' own default (``anthropic.DEFAULT_CONNECTION_LIMITS``). httpx's default keeps only 20 idle
+#: connections, so after 64 concurrent runs 44 were closed and the next burst paid 44 new connections
+#: (issue 18, measured in benchmarks/README.md run H).
+POOL_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 class StreamTooLarge(Exception):
@@ -87,7 +93,7 @@ def capped_client(limit: int, *, timeout: Any, headers: dict[str, str] | None = 
     so it also holds through an environment proxy); no redirects, no compression. A loopback ``url``
     ignores the environment's proxy settings: a request to the local machine (with its key) never
     goes through a proxy, as for MCP endpoints."""
-    return httpx2.AsyncClient(timeout=timeout, follow_redirects=False,
+    return httpx2.AsyncClient(timeout=timeout, follow_redirects=False, limits=POOL_LIMITS,
                               trust_env=not is_loopback_url(url),
                               headers={"accept-encoding": "identity", **(headers or {})},
                               event_hooks={"response": [_cap_hook(limit)]})
