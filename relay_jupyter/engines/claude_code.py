@@ -697,11 +697,17 @@ class ClaudeCodeEngine:
             home = run_dir / "home"
             home.mkdir(mode=0o700)
         tmp.mkdir(mode=0o700)
+        runtime = run_dir / "xdg"  # an empty runtime dir of its own: no user bus, no service manager's socket
+        runtime.mkdir(mode=0o700)
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
             "TERM": "dumb", "SHELL": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
             "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
             "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # a Bash command's `systemd-run --user`, `busctl --user`, `dbus-send --session` would hand a process to
+            # the user's service manager, outside the launcher's tree (never killed at the run's end): both point at
+            # nothing, so they fail instead of falling back to /run/user/<uid> or autolaunching (docs/engines.md)
+            "XDG_RUNTIME_DIR": str(runtime), "DBUS_SESSION_BUS_ADDRESS": f"unix:path={runtime / 'no-bus'}",
         }
         if isinstance(session, _OwnLogin):  # the user's own login: no key of relay's, no relay endpoint
             env["CLAUDE_CODE_OAUTH_TOKEN"] = session.token
