@@ -6,19 +6,26 @@
   match below never showed.
 - A grant's profile budgets (``profile_budgets``, budget.get's ``usage.profiles``) are shown read-only beside the
   day budget, in the panel and in ``relay.budget()`` / ``relay.grants()`` of the notebook's kernel.
+- A sign-in to an OAuth MCP server started from a cell (``relay.sign_in``) shows its link in the open panel without
+  a click or a reload (the broker sends no event for it: the panel reads ``mcp.sign_ins`` again every 10 s while
+  shown), and finishing it on the authorization page ends the cell signed in.
 
 Real parts: JupyterLab with the extension on a broker on disk, seeded before it starts (one old decision and run of
-``reports/q3.ipynb``, then 1,100 of ``busy.ipynb``), headless Chromium, a kernel started by the server.
+``reports/q3.ipynb``, then 1,100 of ``busy.ipynb``), headless Chromium, kernels started by the server, the OAuth MCP
+server of tests/mcp (the MCP SDK's server auth, a consent page with Allow / Deny). One JupyterLab for the module.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+import sys
 
 from relay_jupyter.broker.broker import Broker
 from relay_jupyter.broker.config import BrokerConfig
@@ -27,6 +34,9 @@ from relay_jupyter.core.types import AuditRecord
 from kernel.browser_rig import ARTIFACTS, jp_asyncio_loop, jp_server_cleanup, lab_with_fake, open_relay_panel  # noqa: F401
 from kernel.conftest import execute, text_of
 from kernel.real_server import TOKEN, RealServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))  # tests/mcp has no package (the SDK is `mcp`)
+from oauth_mcp_server import OAuthMcpServer  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -56,8 +66,12 @@ def _seed(data_dir: Path) -> None:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, Any]]:
     tmp = tmp_path_factory.mktemp("panel-filters")
     _seed(tmp / "relay-data")
-    with lab_with_fake(tmp, in_memory=False, data_dir=str(tmp / "relay-data")) as (srv, _fake, browser):
-        yield srv, browser
+    with OAuthMcpServer(consent_page=True) as oauth:
+        mcp_json = tmp / "mcp.json"
+        mcp_json.write_text(json.dumps({"mcpServers": {"remote": {"url": oauth.url}}}))
+        with lab_with_fake(tmp, in_memory=False, data_dir=str(tmp / "relay-data"),
+                           mcp_config_path=str(mcp_json)) as (srv, _fake, browser):
+            yield srv, browser
 
 
 def _rpc(srv: RealServer, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -149,3 +163,42 @@ def test_profile_budgets_show_beside_the_day_budget_in_the_panel_and_the_kernel(
     assert "profile local tokens today: 0 / 1000 tokens" in shown, shown
     assert "profile local cost" not in shown  # no limit there: no row
     assert "profile budgets: local: 1,000 tokens/day; team: 50,000 tokens/day · $10.00/day" in shown, shown
+
+
+def test_a_sign_in_started_from_a_cell_shows_in_the_open_panel_without_a_click(lab: tuple[RealServer, Any]) -> None:
+    srv, browser = lab
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(f"{srv.url}lab?reset&token={TOKEN}")
+    panel = open_relay_panel(page)
+    try:
+        section = panel.locator(".jp-relay-signins")
+        section.get_by_role("button", name="Sign in to remote").wait_for(timeout=60_000)  # needs sign-in
+        kc = srv.kernel_for("signin.ipynb")
+        reply, msgs = execute(kc, "%load_ext relay_jupyter", timeout=60)
+        assert reply["status"] == "ok", text_of(msgs)
+        # the cell waits for the person (relay.sign_in blocks until signed in); nothing is clicked in the panel
+        cell = kc.execute("r = relay.sign_in('remote', timeout=120)\nprint('SIGNIN', r['state'])")
+        link = section.locator("a.jp-relay-signin-link")
+        link.wait_for(timeout=60_000)  # the poll (10 s) saw the pending sign-in: no Refresh, no reload
+        assert link.get_attribute("rel") == "noopener noreferrer" and link.get_attribute("target") == "_blank"
+        with context.expect_page() as opened:
+            link.click()
+        consent = opened.value
+        consent.wait_for_load_state()
+        consent.get_by_role("button", name="Allow").click()
+        consent.get_by_text("Signed in to remote").wait_for(timeout=30_000)
+        section.get_by_text("signed in to remote").wait_for(timeout=60_000)
+        page.screenshot(path=str(ARTIFACTS / "panel-signin-from-cell.png"), full_page=True)
+        out, deadline = [], time.monotonic() + 120
+        while time.monotonic() < deadline:
+            msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") != cell:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        assert "SIGNIN signed_in" in "".join(out), out
+    finally:
+        context.close()
