@@ -794,11 +794,12 @@ class MemoryStore:
         return stored
 
     def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
-                        limit: int = 1000) -> list[TelemetryRow]:
-        check_telemetry_query(origin, since, limit)
+                        limit: int = 1000, origin_prefix: str | None = None) -> list[TelemetryRow]:
+        check_telemetry_query(origin, since, limit, origin_prefix)
         with self._lock:
             rows = [r for r in self._telemetry if (origin is None or r.origin == origin)
-                    and (since is None or r.ts >= since)]
+                    and (since is None or r.ts >= since)
+                    and (origin_prefix is None or r.origin.startswith(origin_prefix))]
         return newest_first_limit(rows, limit)
 
     def prune_telemetry(self, before: float) -> int:

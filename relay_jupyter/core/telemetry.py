@@ -161,10 +161,14 @@ class TelemetryRow(BaseModel):
         return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
 
 
-def check_telemetry_query(origin: str | None, since: float | None, limit: int) -> None:
+def check_telemetry_query(origin: str | None, since: float | None, limit: int, origin_prefix: str | None = None
+                          ) -> None:
     """The argument checks every store applies to :meth:`TelemetryStore.query_telemetry`."""
     if origin is not None and (not isinstance(origin, str) or not origin or "\x00" in origin):
         raise ValueError("origin must be a non-empty string without NUL")
+    if origin_prefix is not None and (not isinstance(origin_prefix, str) or not origin_prefix
+                                      or "\x00" in origin_prefix):
+        raise ValueError("origin_prefix must be a non-empty string without NUL")
     if since is not None and (isinstance(since, bool) or not isinstance(since, int | float)
                               or not math.isfinite(since)):
         raise TypeError("since must be a finite number (seconds since the epoch)")
@@ -180,9 +184,10 @@ class TelemetryStore(Protocol):
         """Append one row; returns it with its ``id`` (strictly increasing, never reused). TypeError
         for anything but a :class:`TelemetryRow`."""
     def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
-                        limit: int = 1000) -> list[TelemetryRow]:
-        """Rows with ``ts >= since`` (every row when None) of ``origin`` (every origin when None):
-        the newest ``limit`` of them (at most :data:`MAX_QUERY_ROWS`; <= 0: none), oldest first."""
+                        limit: int = 1000, origin_prefix: str | None = None) -> list[TelemetryRow]:
+        """Rows with ``ts >= since`` (every row when None) of ``origin`` (every origin when None) whose origin
+        starts with ``origin_prefix`` (a hub user's ``user:<name>/``; every origin when None): the newest ``limit``
+        of them (at most :data:`MAX_QUERY_ROWS`; <= 0: none), oldest first."""
     def prune_telemetry(self, before: float) -> int:
         """Delete the rows with ``ts < before``; returns how many."""
 
@@ -267,8 +272,10 @@ class Telemetry:
                            error_code=error_code, ts=ts)
 
     def query(self, *, origin: str | None = None, since: float | None = None,
-              limit: int = 1000) -> list[TelemetryRow]:
-        return self.store.query_telemetry(origin=origin, since=since, limit=limit)
+              limit: int = 1000, origin_prefix: str | None = None) -> list[TelemetryRow]:
+        if origin_prefix is None:  # a Store of another package written before origin_prefix still works without it
+            return self.store.query_telemetry(origin=origin, since=since, limit=limit)
+        return self.store.query_telemetry(origin=origin, since=since, limit=limit, origin_prefix=origin_prefix)
 
 
 def newest_first_limit(rows: Collection[TelemetryRow], limit: int) -> list[TelemetryRow]:

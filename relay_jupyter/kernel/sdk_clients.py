@@ -18,6 +18,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..protocol.client_names import INSTANCE_HEADER, kernel_instance
 from .errors import AgentError
 
 __all__ = ["anthropic_client", "claude_env", "endpoint_target", "openai_client"]
@@ -36,6 +37,9 @@ def endpoint_target(endpoint: Any, wire: str = "anthropic") -> tuple[str, str, d
     credential = getattr(endpoint, "kernel_credential", None)
     if credential:  # a kernel registered with the daemon: its origin is bound to this credential
         headers["X-Relay-Kernel"] = credential
+    instance = kernel_instance(os.environ)
+    if instance:  # a JupyterHub thin server's id for this kernel: the service ends its requests with the kernel
+        headers[INSTANCE_HEADER] = instance
     parts = urlsplit(endpoint.url)
     if parts.scheme == "unix":
         return f"http://localhost/relay/{wire}", key, headers, parts.path

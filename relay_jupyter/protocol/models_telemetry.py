@@ -17,6 +17,9 @@ class TelemetryQueryParams(Strict):
     """At most this many rows: the newest ones, returned oldest first."""
     origin: str | None = Field(default=None, min_length=1, max_length=4096)
     """Browser only: the origin to read (every origin when omitted). A kernel omits it (or names its own)."""
+    origin_prefix: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Only rows whose origin starts with this (``notebook:reports/``; a hub panel's must be under its user's
+    ``user:<name>/``, its default): applied in the store, so the ``limit`` counts matching rows only."""
 
 
 class TelemetryQueryResult(Strict):

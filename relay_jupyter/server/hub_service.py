@@ -78,6 +78,7 @@ __all__ = [
     "HubGroupsUnavailable",
     "HubServersUnavailable",
     "KernelClients",
+    "OpenRequests",
     "SERVER_CHECK_SECONDS",
     "end_kernels_of_gone_servers",
     "fetch_user_servers",
@@ -91,6 +92,7 @@ __all__ = [
     "run_hub_service",
     "serve_hub_service",
     "thin_client_url",
+    "token_server",
 ]
 
 log = logging.getLogger("relay_jupyter.hub")
@@ -117,6 +119,8 @@ _PRUNE_EVERY_MS = 3_600_000
 _JSON = (("Content-Type", "application/json"), ("Cache-Control", "no-store"))
 _HUB_DOWN_BODY = b'{"message": "cannot check the token with JupyterHub right now; retry"}'
 _NOT_A_USER_BODY = b'{"message": "a JupyterHub user token is needed (this token belongs to no user)"}'
+_SERVER_GONE_BODY = (b'{"message": "this kernel\'s Jupyter server is gone (stopped or killed): its runs were ended; '
+                     b'start a kernel on a running server"}')
 
 
 @dataclass(frozen=True)
@@ -271,7 +275,11 @@ class HubGate:
         # one notebook name are two originators and kernel.ended of one touches only its own runs and cards
         client_id = f"user:{name}/{client}" + (f"#{instance}" if instance else "")
         if is_hub_kernel_client(client_id):
-            self.kernel_clients.seen(client_id, name)
+            if self.kernel_clients.is_gone(client_id):  # its server is gone: its orphaned process starts nothing
+                self._log("refused", handler, reason="server_gone")
+                refuse(handler, 410, _SERVER_GONE_BODY, _JSON)
+                return None
+            self.kernel_clients.seen(client_id, name, token_server(model, name))
         return Caller(kind=CallerKind.DAEMON, origin=origin, client_id=client_id, user=name)
 
     def _has_scope(self, model: Mapping[str, Any]) -> bool:
@@ -284,35 +292,56 @@ class HubGate:
 
 
 class KernelClients:
-    """The user of each kernel client the service has seen (client id -> hub user name; no token is kept).
+    """The user and server of each kernel client the service has seen (client id -> hub user name, the server its
+    token names, when it was first seen; no token is kept).
 
     Why: a kernel's runs end when its thin server says so (``kernel.ended``), but a server that is killed (SIGKILL,
     out of memory) says nothing. The hub notices (its poll, ``c.Spawner.poll_interval``) and drops the server from
     the user's model; :func:`end_kernels_of_gone_servers` asks the hub about the users of kernel clients with live
-    runs. (The server's API token is no sign: JupyterHub 6 keeps it valid after the server stopped.) At most
-    :attr:`MAX` clients, the least recently seen dropped first.
+    runs. (The server's API token is no sign: JupyterHub 6 keeps it valid after the server stopped.) A single-user
+    server's token names its server (:func:`token_server`), so a client of a named server is ended when that server
+    is gone even while the user has others. At most :attr:`MAX` clients, the least recently seen dropped first; at
+    most :attr:`MAX` ended ones are remembered (:meth:`is_gone`).
     """
 
     MAX = 10_000
 
-    def __init__(self) -> None:
-        self._users: dict[str, str] = {}
-        self._bound: set[str] = set()
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        import time
 
-    def seen(self, client_id: str, user: str) -> None:
-        self._users.pop(client_id, None)
-        self._users[client_id] = user
+        self._clock = clock or time.time
+        self._users: dict[str, tuple[str, str | None, float]] = {}
+        self._bound: set[str] = set()
+        self._gone: dict[str, None] = {}
+
+    def seen(self, client_id: str, user: str, server: str | None = None) -> None:
+        """A request of ``client_id`` (of ``user``, with a token of her server ``server``; None: a token that names
+        no single server, such as a personal one)."""
+        known = self._users.pop(client_id, None)
+        first = known[2] if known is not None and known[:2] == (user, server) else self._clock()
+        self._users[client_id] = (user, server, first)
         while len(self._users) > self.MAX:
             self._bound.discard(old := next(iter(self._users)))
             del self._users[old]
 
     def user_of(self, client_id: str) -> str | None:
-        return self._users.get(client_id)
+        known = self._users.get(client_id)
+        return known[0] if known is not None else None
+
+    def server_of(self, client_id: str) -> str | None:
+        """The server (``""``: the default one) the client's token belongs to, or None when it names none."""
+        known = self._users.get(client_id)
+        return known[1] if known is not None else None
+
+    def first_seen(self, client_id: str) -> float | None:
+        """When the client first came with its current user and server (epoch seconds)."""
+        known = self._users.get(client_id)
+        return known[2] if known is not None else None
 
     def bind(self, client_id: str) -> None:
-        """A check saw the client's user with a server while the client had something live: from now on, that user
-        having no server means the client's server is gone. (A client never seen so, such as a script with a
-        personal token or a thin server the hub did not spawn, is never ended by the check.)"""
+        """For a client whose token names no server: a check saw its user with a server while the client had
+        something live: from now on, that user having no server means the client's server is gone. (A client never
+        seen so, such as a script with a personal token, is never ended by the check.)"""
         if client_id in self._users:
             self._bound.add(client_id)
 
@@ -322,6 +351,48 @@ class KernelClients:
     def forget(self, client_id: str) -> None:
         self._users.pop(client_id, None)
         self._bound.discard(client_id)
+
+    def end(self, client_id: str) -> None:
+        """Its server is gone: forget it, and refuse its later requests when its token named that server and it is
+        one kernel instance (``…#<instance>``: a thin server gives every kernel its own, so no new kernel ever has
+        this id). A client without one could be a new kernel of the same name, one whose token names no server a
+        script of the user's: those are only forgotten."""
+        named = self.server_of(client_id) is not None
+        self.forget(client_id)
+        if named and "#" in client_id:
+            self._gone[client_id] = None
+            while len(self._gone) > self.MAX:
+                del self._gone[next(iter(self._gone))]
+
+    def is_gone(self, client_id: str) -> bool:
+        return client_id in self._gone
+
+
+def token_server(model: Mapping[str, Any], user: str) -> str | None:
+    """The single-user server a token belongs to, from its scopes: a server's own token
+    (``$JUPYTERHUB_API_TOKEN``, ``c.Spawner.server_token_scopes`` with ``access:servers!server``) holds exactly one
+    ``access:servers!server=<user>/<server name>`` (``""``: the default server). None for a token holding none or
+    several of its user's (a personal token: ``self`` gives ``access:servers!user=<user>``)."""
+    scopes = model.get("scopes")
+    if not isinstance(scopes, list):
+        return None
+    prefix = f"access:servers!server={user}/"
+    names = {s[len(prefix):] for s in scopes if isinstance(s, str) and s.startswith(prefix)}
+    return names.pop() if len(names) == 1 else None
+
+
+def server_started(model: Any) -> float | None:
+    """A server model's ``started`` (ISO 8601 UTC, when its spawn began) as epoch seconds, or None."""
+    from datetime import datetime, timezone
+
+    value = model.get("started") if isinstance(model, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
 #: Why a kernel's runs ended when its user has no server any more (the permission.resolved ``reason``).
@@ -382,42 +453,95 @@ def fetch_user_servers(api_url: str, token: str, user: str, *, timeout: float = 
     return servers
 
 
-async def end_kernels_of_gone_servers(broker: Broker, gate: HubGate, api_url: str, token: str
-                                      ) -> dict[str, dict[str, Any]]:
-    """End the runs and withdraw the pending requests of every kernel client whose user has no single-user server
-    any more (stopped, or killed and noticed by the hub's poll), as ``kernel.ended`` would.
+async def end_kernels_of_gone_servers(broker: Broker, gate: HubGate, api_url: str, token: str,
+                                      requests: OpenRequests | None = None) -> dict[str, dict[str, Any]]:
+    """End the runs and withdraw the pending requests of every kernel client whose single-user server is gone
+    (stopped, or killed and noticed by the hub's poll), as ``kernel.ended`` would.
 
-    Only the users of kernel clients with something live (an active run or a pending request) are asked about,
-    once per sweep each. A user with any server, running or pending, keeps every client (with named servers the
-    service cannot tell which one a kernel belongs to), and those clients are bound to having a server
-    (:meth:`KernelClients.bind`); a user without one has her *bound* clients ended only. A hub that does not
-    answer changes nothing: nothing is withdrawn on a guess. Returns ``{client_id: what end_kernel did}`` for the clients ended."""
+    Only the users of kernel clients with something live (an active run, a pending request, or a model request
+    still open in ``requests``: a kernel's SDK client) are asked about, once per sweep each. A client whose token
+    names its server (:func:`token_server`: a thin server's kernels) is ended when the hub no longer lists that
+    server for her, or lists one started after the client first came (the server was restarted: the client is a
+    leftover of the killed one), whatever other servers she has, and from then on refused (:meth:`KernelClients.end`).
+    A client whose token names none keeps the old rule: while she has any server it is bound to having one
+    (:meth:`KernelClients.bind`), and once she has none her bound clients are ended. A hub that does not answer
+    changes nothing: nothing is withdrawn on a guess. An ended client's open requests (its SDK client's streams, its
+    event stream) are closed: a model stream stops and settles what it used. Returns ``{client_id: what end_kernel
+    did}`` for the clients ended."""
     from ..broker.kernel_bridge import end_kernel
 
-    live = set(broker.permissions.pending_originators())
+    live = set(broker.permissions.pending_originators()) | (requests.model_clients() if requests else set())
     runs = getattr(broker, "runs", None)
     if runs is not None:
         live |= {s["originator"] for s in runs.active_runs() if isinstance(s.get("originator"), str)}
+    clients = gate.kernel_clients
     by_user: dict[str, list[str]] = {}
     for client_id in sorted(c for c in live if is_hub_kernel_client(c)):
-        user = gate.kernel_clients.user_of(client_id)
+        user = clients.user_of(client_id)
         if user is not None:
             by_user.setdefault(user, []).append(client_id)
     ended: dict[str, dict[str, Any]] = {}
-    for user, clients in sorted(by_user.items()):
+    for user, mine in sorted(by_user.items()):
         servers = await asyncio.to_thread(fetch_user_servers, api_url, token, user)  # raises: nothing withdrawn
-        if servers:  # any server of hers, running or pending: her live clients belong to a server
-            for client_id in clients:
-                gate.kernel_clients.bind(client_id)
-            continue
-        for client_id in (c for c in clients if gate.kernel_clients.bound(c)):
-            gate.kernel_clients.forget(client_id)
+        for client_id in mine:
+            server = clients.server_of(client_id)
+            if server is None:  # a token that names no server: any server of hers may be the client's
+                if servers:
+                    clients.bind(client_id)
+                    continue
+                if not clients.bound(client_id):
+                    continue
+            else:
+                model = (servers or {}).get(server)
+                started, first = server_started(model), clients.first_seen(client_id)
+                if model is not None and (started is None or first is None or started <= first):
+                    continue  # its server is there, and was already when the client first came
+            clients.end(client_id)
             result = end_kernel(broker, client_id, SERVER_GONE)
+            if requests is not None:
+                result = {**result, "closed_requests": requests.close(client_id)}
             ended[client_id] = result
-            log.info("relay hub service: %s has no server any more: kernel client %s, %d run(s) cancelled, %d "
-                     "permission request(s) withdrawn", user, client_id, len(result["cancelled_runs"]),
+            log.info("relay hub service: the server of kernel client %s (%s) is gone: %d run(s) cancelled, %d "
+                     "permission request(s) withdrawn", client_id, user, len(result["cancelled_runs"]),
                      len(result["withdrawn"]))
     return ended
+
+
+class OpenRequests:
+    """The requests the service is answering (its ``make_app`` activity), so that the requests of a kernel whose
+    server is gone can be found: its SDK client's model requests carry its instance id (``X-Relay-Instance``,
+    kernel/sdk_clients.py), so they have the kernel's client id."""
+
+    def __init__(self) -> None:
+        self._open: set[web.RequestHandler] = set()
+
+    def started(self, handler: web.RequestHandler) -> None:
+        self._open.add(handler)
+
+    def ended(self, handler: web.RequestHandler) -> None:
+        self._open.discard(handler)
+
+    @staticmethod
+    def _client(handler: web.RequestHandler) -> str | None:
+        caller = getattr(handler, "relay_caller", None)
+        return caller.client_id if caller is not None else None
+
+    def model_clients(self) -> set[str]:
+        """The client ids with a model request (``relay/anthropic``, ``relay/openai``) open."""
+        from .model_endpoint import ModelEndpoint
+
+        return {c for h in self._open if isinstance(h, ModelEndpoint) and (c := self._client(h)) is not None}
+
+    def close(self, client_id: str) -> int:
+        """Close the connections of every open request of ``client_id``; returns how many."""
+        closed = 0
+        for handler in [h for h in self._open if self._client(h) == client_id]:
+            self._open.discard(handler)
+            connection = handler.request.connection
+            if connection is not None:
+                connection.close()
+                closed += 1
+        return closed
 
 
 def make_hub_auth(env: HubEnv, cache_seconds: int = HUB_AUTH_CACHE_SECONDS) -> Any:
@@ -438,6 +562,7 @@ class _HubService:
         self.server_check = server_check
         self._checking = False
         self._servers_warned: str | None = None
+        self.requests = OpenRequests()
         self.stopping = asyncio.Event()
 
     async def run(self) -> int:
@@ -482,7 +607,7 @@ class _HubService:
             workspace_root = ensure_private_dir(root / "hub-root")
             install_components(broker, jupyter_root=workspace_root)
             self.mcp_start = asyncio.ensure_future(start_components(broker))
-            app = make_app(broker, gate, prefix=self.env.prefix + "relay/")
+            app = make_app(broker, gate, prefix=self.env.prefix + "relay/", activity=self.requests)
             server = HTTPServer(app)
             server.add_sockets(socks)
             loop = asyncio.get_running_loop()
@@ -517,7 +642,7 @@ class _HubService:
             return
         self._checking = True
         try:
-            await end_kernels_of_gone_servers(broker, gate, self.env.api_url, self.env.api_token)
+            await end_kernels_of_gone_servers(broker, gate, self.env.api_url, self.env.api_token, self.requests)
             self._servers_warned = None
         except HubServersUnavailable as exc:  # one warning per kind of failure; nothing withdrawn
             if self._servers_warned != exc.reason:
@@ -674,8 +799,10 @@ class ThinKernels:
         return named[1] if named else None
 
     def ended(self, kernel_id: str, reason: str) -> None:
-        """The lifecycle hook's ``on_end``: tell the service, in the background (never blocks the kernel action)."""
-        named = self._names.get(kernel_id) if reason == "restarted" else self._names.pop(kernel_id, None)
+        """The lifecycle hook's ``on_end``: tell the service, in the background (never blocks the kernel action).
+        The kernel's name is kept unless it was shut down: a restarted kernel, and one that died and that the restarter
+        starts again, run on with the same environment (the same instance id), so their next end is told too."""
+        named = self._names.pop(kernel_id, None) if reason == "shut down" else self._names.get(kernel_id)
         if named is None:
             return
         task = asyncio.ensure_future(self.tell(named[0], reason, instance=named[1]))

@@ -32,10 +32,16 @@ def row_from_db(values: tuple[Any, ...]) -> TelemetryRow:
 _INSERT_SQL = f"INSERT INTO telemetry ({','.join(_INSERT)}) VALUES ({','.join('?' * len(_INSERT))})"
 
 
-def select_sql(origin: str | None, since: float | None, n: int) -> tuple[str, tuple[Any, ...]]:
-    """The newest ``n`` rows (of ``origin``, at or after ``since``): the statement (``?`` marks: a
-    store passes it through its :class:`~relay_jupyter.storage.dialect.Dialect`) and its parameters."""
+def select_sql(origin: str | None, since: float | None, n: int, origin_prefix: str | None = None
+               ) -> tuple[str, tuple[Any, ...]]:
+    """The newest ``n`` rows (of ``origin``, whose origin starts with ``origin_prefix``, at or after ``since``): the
+    statement (``?`` marks: a store passes it through its :class:`~relay_jupyter.storage.dialect.Dialect`) and its
+    parameters. The prefix is compared with ``substr`` (as ``runs.list``'s, storage/journal.py), not ``LIKE``: no
+    wildcard in a prefix to escape; in the statement, so the newest ``n`` are the newest of that prefix's rows."""
     cond, params = where([("origin = ?", origin), ("ts >= ?", None if since is None else float(since))])
+    if origin_prefix is not None:
+        cond = (cond + " AND " if cond else " WHERE ") + "substr(origin, 1, ?) = ?"
+        params = [*params, len(origin_prefix), origin_prefix]
     return f"SELECT {','.join(COLUMNS)} FROM telemetry{cond} ORDER BY id DESC LIMIT ?", (*params, n)
 
 
@@ -50,12 +56,12 @@ class TelemetryMixin(SqlStore):
         return row.model_copy(update={"id": new_id})
 
     def query_telemetry(self, *, origin: str | None = None, since: float | None = None,
-                        limit: int = 1000) -> list[TelemetryRow]:
-        check_telemetry_query(origin, since, limit)
+                        limit: int = 1000, origin_prefix: str | None = None) -> list[TelemetryRow]:
+        check_telemetry_query(origin, since, limit, origin_prefix)
         n = min(limit, MAX_QUERY_ROWS)
         if n <= 0:
             return []
-        sql, params = select_sql(origin, since, n)
+        sql, params = select_sql(origin, since, n, origin_prefix)
         return [row_from_db(r) for r in reversed(self.query(self.sql(sql), params))]
 
     def prune_telemetry(self, before: float) -> int:

@@ -479,6 +479,54 @@ def _panel(hub: Hub, token: str, method: str, params: dict | None = None) -> dic
     return json.loads(raw)
 
 
+def _a_named_servers_clients_end_with_it_while_her_default_server_runs(hub: Hub, fake, panel_token: str, wait,
+                                                                       pending) -> None:
+    """Named servers (docs/multi-user.md, "Kernel lifetime on a hub"): while alice's default server runs, a kernel
+    client holding her named server ``gpu``'s token (what that server's ``$JUPYTERHUB_API_TOKEN`` holds with
+    ``c.Spawner.server_token_scopes`` = ``access:servers!server``: ``access:servers!server=<user>/gpu``; the hub lists
+    no such server, as after it was killed) has its run cancelled and its card withdrawn at the service's next check
+    (never seen while its server was there: before, her default server kept every client of hers and the card waited
+    the consent timeout), and that kernel instance is refused after, on the RPC and on the SDK endpoint (410). A
+    client with her default server's token, whose card was pending first, keeps it."""
+    tokens = {"main": hub.token(ALICE, [ACCESS, f"access:servers!server={ALICE}/"]),
+              "gpu": hub.token(ALICE, [ACCESS, f"access:servers!server={ALICE}/gpu"])}
+    inst = {"main": "00000000000000aa", "gpu": "00000000000000bb"}
+
+    def call(name: str, path: str, msg: dict) -> tuple[int, dict]:
+        status, raw = hub.request(path, token=tokens[name], body=json.dumps(msg).encode(), client=f"kernel:{name}.ipynb",
+                                  headers={"X-Relay-Instance": inst[name]})
+        return status, json.loads(raw)
+
+    def rpc(name: str, method: str, params: dict | None = None) -> tuple[int, dict]:
+        return call(name, "rpc", {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}})
+
+    cards = {}
+    for name in ("main", "gpu"):
+        status, reply = rpc(name, "grants.create", {"tools": ["*"], "models": ["*"]})
+        assert status == 200 and "result" in reply, reply
+        before = pending()
+        fake.enqueue(Reply(text("I will write."), tool_use("run_code", {"code": f"open('{name}.txt', 'w')"})))
+        status, reply = rpc(name, "run.start", {"conversation": "named", "prompt": f"write {name}.txt"})
+        assert status == 200 and "result" in reply, reply
+        [cards[name]] = wait(f"no card from the {name} client", lambda: [r for i, r in pending().items()
+                                                                         if i not in before])
+        assert cards[name]["originator"] == f"user:{ALICE}/kernel:{name}.ipynb#{inst[name]}", cards[name]
+    run = lambda name: _panel(hub, panel_token, "runs.get", {"run_id": cards[name]["run_id"]})["result"]["run"]  # noqa: E731
+    wait("the gone named server's client's run was not cancelled", lambda: run("gpu")["state"] == "cancelled", 60,
+         describe=lambda: f"run {run('gpu')}")
+    # the same sweep kept the default server's client (both were live in it: one hub call for her)
+    assert cards["gpu"]["request_id"] not in pending() and cards["main"]["request_id"] in pending()
+    assert run("main")["state"] == "running"
+    status, reply = rpc("gpu", "permission.pending")
+    assert status == 410 and "server is gone" in reply["message"], (status, reply)
+    status, reply = call("gpu", "anthropic/v1/messages", {"model": "claude-test-1", "max_tokens": 10,
+                                                          "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 410, (status, reply)
+    status, reply = rpc("main", "run.cancel", {"run_id": cards["main"]["run_id"]})
+    assert status == 200 and reply["result"]["cancelled"], reply
+    wait("the default server's client's card stayed", lambda: cards["main"]["request_id"] not in pending(), 30)
+
+
 def test_a_kernels_end_withdraws_its_own_runs_anonymous_shared_name_and_killed_server(hub, tokens, fake) -> None:
     """Kernel lifetime on a hub, the three gaps of issue 15 (docs/multi-user.md, "Kernel lifetime"), on a real
     spawned server as alice:
@@ -527,6 +575,7 @@ def test_a_kernels_end_withdraws_its_own_runs_anonymous_shared_name_and_killed_s
         wait("alice's server never became ready", lambda: (hub.hub_api("GET", f"users/{ALICE}")[1] or {})
              .get("servers", {}).get("", {}).get("ready"), timeout=180)
         token = hub.token(ALICE, [ACCESS, f"access:servers!user={ALICE}"])
+        _a_named_servers_clients_end_with_it_while_her_default_server_runs(hub, fake, panel_token, wait, pending)
         base = f"{hub.url}/user/{ALICE}/api/"
 
         def api(verb: str, path: str, body: dict | None = None):

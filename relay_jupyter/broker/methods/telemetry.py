@@ -23,6 +23,7 @@ rpc = Namespace(ACCESS, "telemetry")
             doc="Telemetry rows (newest `limit` since `since`, oldest first): a kernel sees its own origin's only.")
 async def telemetry_query(req: Request, params: TelemetryQueryParams) -> TelemetryQueryResult:
     # a worker thread: a query of many rows is storage I/O that must not stall the loop (issue 18)
+    prefix = req.prefix(params.origin_prefix)  # in the store: the limit counts matching rows only
     rows = await asyncio.to_thread(req.broker.telemetry.query, origin=req.origin, since=params.since,
-                                   limit=params.limit)
+                                   limit=params.limit, origin_prefix=prefix)
     return TelemetryQueryResult(rows=req.keep(rows))
