@@ -112,11 +112,17 @@ def install_components(broker: Broker, *, jupyter_root: Path, backends: dict[str
 
 def _mcp_registry(broker: Broker) -> Any:
     from ..mcp.config import load_config
-    from ..mcp.registry import McpRegistry
 
     config = load_config(broker.config.mcp_config_path)
     for name, problem in config.problems.items():
         log.warning("mcp.json%s: %s", f" server {name!r}" if name else "", problem)
+    if not config.servers:
+        # no MCP server to connect (mcp.json is read once, at start): no registry, so the MCP SDK that the
+        # registry imports (about 1.3 s of CPU) is not imported either; every caller takes broker.mcp None as
+        # "no MCP tools" (issue 19 "Daemon start": a kernel that starts the daemon waits for it)
+        return None
+    from ..mcp.registry import McpRegistry
+
     registry = McpRegistry(config, broker.store)
     # machine-to-machine MCP servers (OAuth client_credentials): the client secret from the secrets file only
     from ..backends.keys import KeySource

@@ -14,10 +14,12 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..mcp.signin import BrokerSignIn
-
 if TYPE_CHECKING:
+    from ..mcp.signin import BrokerSignIn
     from .broker import Broker
+
+# mcp.signin imports the MCP SDK (about 1.3 s of CPU): imported by enable_mcp_sign_in, once a broker has an MCP
+# registry, not by every broker start (broker/methods/mcp.py imports this module; issue 19 "Daemon start")
 
 __all__ = ["DAEMON_HOW_TO", "enable_daemon_mcp_sign_in", "enable_mcp_sign_in", "oauth_dir", "sign_in_of"]
 
@@ -43,6 +45,8 @@ def enable_mcp_sign_in(broker: Broker, redirect_uri: str, directory: Path | None
     broker has no MCP registry."""
     if broker.mcp is None:
         return None
+    from ..mcp.signin import BrokerSignIn
+
     if directory is None:
         directory = oauth_dir(broker.config.data_dir)
     extra = {"how_to": how_to} if how_to is not None else {}

@@ -89,7 +89,9 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _relay_app_class() -> type[Any]:
-    from ..server.app import RelayApp  # the extension's traits: one definition of every setting
+    # the extension's traits (one definition of every setting) in the c.RelayApp section, without importing the
+    # extension itself (server/app.py: jupyter_server, seconds of every command line that names a setting)
+    from ..server.settings import RelayApp
 
     return RelayApp
 
@@ -143,15 +145,16 @@ class RelayCommand(JupyterApp):
     aliases = {"log-level": "Application.log_level"}
     flags = {k: v for k, v in base_flags.items() if k not in ("generate-config",)}
 
-    #: whether the extension's ``RelayApp`` is among the classes: importing it imports jupyter_server's
-    #: ServerApp (most of a command's start-up: 13 s against 35 s for ``status`` on a loaded 2-core machine), so
-    #: only a command line that sets or lists its traits pays for it (``_wants_relay_app``)
+    #: whether the settings' ``RelayApp`` (server/settings.py) is among the classes: it imports pydantic and the
+    #: broker's config (it used to be the extension's class, which imports jupyter_server's ServerApp: 13 s against
+    #: 35 s for ``status`` on a loaded 2-core machine), so only a command line that sets or lists its traits pays
+    #: for it (``_wants_relay_app``)
     relay_app_listed = False
 
     @property
     def classes(self) -> list[type[Any]]:  # type: ignore[override]
         # the app's own class too: else traitlets "flattens" --debug / --generate-config (JupyterApp.*) onto
-        # RelayApp, the only other JupyterApp subclass listed
+        # another class listed
         return [type(self), _relay_app_class()] if self.relay_app_listed else [type(self)]
 
     def _name(self) -> str:
@@ -181,7 +184,8 @@ class RelayCommand(JupyterApp):
             return 0
         assert self.parser is not None
         args = self.parser.parse_args([self.command, *self.own_argv])
-        level_set = "log_level" in self.cli_config.get("Application", {})
+        # traitlets puts --debug under Application, or under this class when it is the only Application listed
+        level_set = any("log_level" in self.cli_config.get(section, {}) for section in ("Application", type(self).__name__))
         # the daemon logs at INFO unless --debug / --log-level says otherwise; other commands print warnings
         args.log_level = self.log_level if level_set or self.command != "serve" else logging.INFO
         top = logging.getLogger("relay_jupyter")
@@ -214,15 +218,16 @@ class JupyterRelayApp(JupyterApp):
     flags = dict(base_flags)
     parser = Instance(argparse.ArgumentParser, allow_none=True)
 
-    #: whether the extension's ``RelayApp`` is among the classes: importing it imports jupyter_server's
-    #: ServerApp (most of a command's start-up: 13 s against 35 s for ``status`` on a loaded 2-core machine), so
-    #: only a command line that sets or lists its traits pays for it (``_wants_relay_app``)
+    #: whether the settings' ``RelayApp`` (server/settings.py) is among the classes: it imports pydantic and the
+    #: broker's config (it used to be the extension's class, which imports jupyter_server's ServerApp: 13 s against
+    #: 35 s for ``status`` on a loaded 2-core machine), so only a command line that sets or lists its traits pays
+    #: for it (``_wants_relay_app``)
     relay_app_listed = False
 
     @property
     def classes(self) -> list[type[Any]]:  # type: ignore[override]
         # the app's own class too: else traitlets "flattens" --debug / --generate-config (JupyterApp.*) onto
-        # RelayApp, the only other JupyterApp subclass listed
+        # another class listed
         return [type(self), _relay_app_class()] if self.relay_app_listed else [type(self)]
 
     def _config_file_name_default(self) -> str:

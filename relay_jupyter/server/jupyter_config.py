@@ -62,7 +62,9 @@ def _settings_of(config: Config, where: str) -> dict[str, Any]:
     section = config.get("RelayApp") if "RelayApp" in config else None
     if not section:
         return {}
-    from .app import RelayApp  # the extension's traits: one definition of every setting
+    # the extension's traits (one definition of every setting), without the extension: server/app.py imports
+    # jupyter_server, seconds of a daemon's start for settings it only reads (server/settings.py)
+    from .settings import RelayApp
 
     try:
         full = RelayApp(config=config).broker_config()

@@ -57,7 +57,8 @@ def test_no_configured_backend_installs_only_the_demo(tmp_path):
     try:
         assert set(broker.runs.backends) == {"demo"}
         assert broker.config.default_backend == "demo" and broker.config.default_model == "demo"
-        assert broker.workspace_tools is not None and broker.checkpoints is not None and broker.mcp is not None
+        assert broker.workspace_tools is not None and broker.checkpoints is not None
+        assert broker.mcp is None  # no MCP server configured: no registry (and no MCP SDK import, issue 19)
     finally:
         broker.close()
 

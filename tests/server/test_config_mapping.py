@@ -15,6 +15,7 @@ from traitlets.config import Config
 
 from relay_jupyter.broker.config import INTERNAL_FIELDS, SETTINGS, BrokerConfig
 from relay_jupyter.server.app import RelayApp
+from relay_jupyter.server.settings import RelayApp as StandaloneRelayApp
 from relay_jupyter.server.jupyter_config import broker_settings_from_files
 
 #: Values that must have a shape (URLs, paths, team lists); any other trait gets a generic non-default value.
@@ -36,7 +37,13 @@ SAMPLES: dict[str, Any] = {
 
 
 def _config_traits() -> dict[str, Any]:
-    return RelayApp.class_own_traits(config=True)
+    # defined once (server/settings.py): the daemon's RelayApp (same c.RelayApp section) has the same own traits, of
+    # the same types and defaults, as the extension's
+    own = RelayApp.class_own_traits(config=True)
+    standalone = StandaloneRelayApp.class_own_traits(config=True)
+    assert set(standalone) == set(own)
+    assert all(type(standalone[n]) is type(t) and standalone[n].default() == t.default() for n, t in own.items())
+    return own
 
 
 def _plain(value: Any) -> Any:
