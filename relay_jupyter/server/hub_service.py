@@ -465,22 +465,23 @@ async def end_kernels_of_gone_servers(broker: Broker, gate: HubGate, api_url: st
     leftover of the killed one), whatever other servers she has, and from then on refused (:meth:`KernelClients.end`).
     A client whose token names none keeps the old rule: while she has any server it is bound to having one
     (:meth:`KernelClients.bind`), and once she has none her bound clients are ended. A hub that does not answer
-    changes nothing: nothing is withdrawn on a guess. An ended client's open requests (its SDK client's streams, its
-    event stream) are closed: a model stream stops and settles what it used. Returns ``{client_id: what end_kernel
-    did}`` for the clients ended."""
-    from ..broker.kernel_bridge import end_kernel
-
+    changes nothing: nothing is withdrawn on a guess (but a client already ended that has something live again, a
+    request that was past the gate when it ended, is ended again without asking). An ended client's open requests
+    (its SDK client's streams, its event stream) are closed: a model stream stops and settles what it used. Returns
+    ``{client_id: what end_kernel did}`` for the clients ended."""
     live = set(broker.permissions.pending_originators()) | (requests.model_clients() if requests else set())
     runs = getattr(broker, "runs", None)
     if runs is not None:
         live |= {s["originator"] for s in runs.active_runs() if isinstance(s.get("originator"), str)}
     clients = gate.kernel_clients
+    ended: dict[str, dict[str, Any]] = {}
+    for client_id in sorted(c for c in live if clients.is_gone(c)):  # a request already past the gate when it ended
+        ended[client_id] = _end_gone(broker, client_id, requests)
     by_user: dict[str, list[str]] = {}
-    for client_id in sorted(c for c in live if is_hub_kernel_client(c)):
+    for client_id in sorted(c for c in live if is_hub_kernel_client(c) and c not in ended):
         user = clients.user_of(client_id)
         if user is not None:
             by_user.setdefault(user, []).append(client_id)
-    ended: dict[str, dict[str, Any]] = {}
     for user, mine in sorted(by_user.items()):
         servers = await asyncio.to_thread(fetch_user_servers, api_url, token, user)  # raises: nothing withdrawn
         for client_id in mine:
@@ -497,14 +498,20 @@ async def end_kernels_of_gone_servers(broker: Broker, gate: HubGate, api_url: st
                 if model is not None and (started is None or first is None or started <= first):
                     continue  # its server is there, and was already when the client first came
             clients.end(client_id)
-            result = end_kernel(broker, client_id, SERVER_GONE)
-            if requests is not None:
-                result = {**result, "closed_requests": requests.close(client_id)}
-            ended[client_id] = result
+            ended[client_id] = result = _end_gone(broker, client_id, requests)
             log.info("relay hub service: the server of kernel client %s (%s) is gone: %d run(s) cancelled, %d "
                      "permission request(s) withdrawn", client_id, user, len(result["cancelled_runs"]),
                      len(result["withdrawn"]))
     return ended
+
+
+def _end_gone(broker: Broker, client_id: str, requests: OpenRequests | None) -> dict[str, Any]:
+    from ..broker.kernel_bridge import end_kernel
+
+    result = end_kernel(broker, client_id, SERVER_GONE)
+    if requests is not None:
+        result = {**result, "closed_requests": requests.close(client_id)}
+    return result
 
 
 class OpenRequests:

@@ -206,10 +206,14 @@ async def test_a_named_servers_kernels_end_with_it_and_its_instances_are_refused
     assert (await _rpc(s, "tok-gpu", "kernel:gpu.ipynb", INST["gpu2"], "permission.pending"))[0] == 200
     assert (await _rpc(s, "tok-main", "kernel:main.ipynb", INST["main"], "permission.pending"))[0] == 200
 
-    # a hub that refuses the service (no read:servers) withdraws nothing
+    # a card of an ended instance that got past the gate before it ended: the next sweep withdraws it without asking
+    # the hub (here one that refuses the service: no read:servers), and withdraws nothing else
+    late = _ask(s.broker, ids["gpu"], f"user:{ALICE}/notebook:gpu.ipynb", "pr_late")
+    await _until_pending(s.broker, 3)
     s.hub.servers = None
     with pytest.raises(HubServersUnavailable):
         await end_kernels_of_gone_servers(s.broker, s.gate, s.hub.url, "svc-token", s.requests)
+    assert (await asyncio.wait_for(late, 5)).decision is ConsentDecision.DENY
     assert s.broker.permissions.pending_originators() == {ids["main"], ids["personal"]}
 
     # no server left: the default server's client and the bound personal one end too

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from relay_jupyter.server.hub_service import token_server
 from relay_jupyter.testing import FakeAnthropic, Reply, Usage, text, tool_use
 
 from .hub_rig import HUB_LABEXTENSION, KEY, SERVICE, Hub, require_peers, run_as, service_cli
@@ -599,6 +600,17 @@ def test_a_kernels_end_withdraws_its_own_runs_anonymous_shared_name_and_killed_s
             origins[k] = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("ORIGIN "))
         assert origins[k1] == origins[k2] and origins[k1].endswith("same.ipynb"), origins
         assert origins[k3].startswith(f"user:{ALICE}/notebook:anon-"), origins
+        # what the service scopes a kernel's client by: the hub's answer about the token the thin server gave the kernel
+        # (her server's own, c.Spawner.server_token_scopes) names exactly that server, her default one
+        [out] = _ws_execute(ws[k1], token, [
+            "import json, os, urllib.request\n"
+            "req = urllib.request.Request(os.environ['JUPYTERHUB_API_URL'].rstrip('/') + '/user',\n"
+            "                             headers={'Authorization': 'token ' + os.environ['RELAY_TOKEN']})\n"
+            "model = json.load(urllib.request.urlopen(req, timeout=30))\n"
+            "print('SERVERS', json.dumps(sorted(s for s in model['scopes'] if s.startswith('access:servers'))))"])
+        scopes = json.loads(next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("SERVERS ")))
+        assert scopes == [f"access:servers!server={ALICE}/"], out
+        assert token_server({"scopes": scopes}, ALICE) == ""
 
         def agent(k: str, chat: str, name: str) -> dict:
             before = pending()
