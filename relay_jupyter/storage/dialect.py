@@ -21,8 +21,9 @@ What really differs stays in each store, explicit: how a budget hold is checked 
 atomically (SQLite: ``BEGIN IMMEDIATE``'s write lock; PostgreSQL: the ledger row locked by an
 ``INSERT … ON CONFLICT DO UPDATE … RETURNING``), how a conversation's messages are written
 (``executemany`` vs ``COPY``), how event ids are taken and their rows written (``AUTOINCREMENT``'s
-sequence and ``executemany`` vs the PostgreSQL event counter's row lock and ``COPY``) and an event
-replay page, the PostgreSQL store's team schema, and transactions themselves (storage/_db.py vs ``PgDatabase``).
+sequence and ``executemany`` vs the PostgreSQL event counter's row lock and ``COPY``), the PostgreSQL
+store's team schema, and transactions themselves (storage/_db.py vs ``PgDatabase``). An event replay
+page is one statement pair both run in their own snapshot (``EventRows.replay_sse``).
 
 Hand-written rather than a query builder (SQLAlchemy Core): the statements are short and fixed, the
 stores' differences are in locking, not in syntax, and the hot paths (events) would pay for a

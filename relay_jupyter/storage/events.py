@@ -212,6 +212,37 @@ class EventRows(SqlStore):
         """
         return [_parse(bytes(frame)) for _, frame in self._rows_since(since, limit, origins)]
 
+    def replay_sse(self, since: int, *, limit: int | None = None,
+                   origins: Collection[str] | None = None) -> tuple[int, bytes]:
+        """SSE frames of the events :meth:`events_since` would return, concatenated.
+
+        Returns ``(last_id, frames)``: ``last_id`` is the id of the last event *scanned* (``since``
+        when there is none), so a caller pages with ``since = last_id`` until ``last_id == since``.
+        With ``limit``, a page scans the ids ``since + 1 … since + limit`` only (retained ids are
+        contiguous), so a page is bounded work even for an origin with no events in a big log.
+        Each frame equals ``protocol.sse.encode_event(event)`` byte for byte. One snapshot (SQLite: a
+        read transaction; PostgreSQL: REPEATABLE READ), so the returned id never passes an event the
+        page did not see.
+        """
+        since = operator.index(since)
+        if limit is not None:
+            limit = operator.index(limit)
+            if limit <= 0:
+                return since, b""
+        mark = self.sql.mark
+        where, params = visibility(mark, origins)
+        with self.snapshot() as conn:
+            # two subqueries: SQLite answers a lone MIN or MAX from the primary key's b-tree, but scans
+            # the whole table for both in one SELECT
+            first, top = conn.execute("SELECT (SELECT MIN(id) FROM events), (SELECT MAX(id) FROM events)").fetchone()
+            if top is None or top <= since:
+                return since, b""
+            start = max(since, int(first) - 1)
+            end = int(top) if limit is None else min(start + limit, int(top))
+            rows = conn.execute(f"SELECT frame FROM events WHERE id > {mark} AND id <= {mark}{where} ORDER BY id",
+                                [start, end, *params]).fetchall()
+        return end, b"".join([r[0] for r in rows])  # bytes (SQLite) or a buffer (psycopg): join takes both
+
     def first_event_id(self) -> int:
         """Id of the oldest retained event; when none is retained, the id the next event gets."""
         with self.snapshot() as conn:
@@ -286,37 +317,6 @@ class EventsMixin(EventRows, Database):
 
     def _insert_events(self, conn: Any, rows: list[tuple[int, float, str, str | None, str | None, bytes]]) -> None:
         conn.executemany("INSERT INTO events (id, ts, type, origin, run_id, frame) VALUES (?,?,?,?,?,?)", rows)
-
-    def replay_sse(self, since: int, *, limit: int | None = None,
-                   origins: Collection[str] | None = None) -> tuple[int, bytes]:
-        """SSE frames of the events :meth:`events_since` would return, concatenated.
-
-        Returns ``(last_id, frames)``: ``last_id`` is the id of the last event *scanned* (``since``
-        when there is none), so a caller pages with ``since = last_id`` until ``last_id == since``.
-        With ``limit``, a page scans the ids ``since + 1 … since + limit`` only (retained ids are
-        contiguous), so a page is bounded work even for an origin with no events in a big log.
-        Each frame equals ``protocol.sse.encode_event(event)`` byte for byte.
-        """
-        since = operator.index(since)
-        if limit is None:
-            rows = self._rows_since(since, None, origins)
-            top = self.last_event_id()
-            return (max(since, top) if rows or top > since else since), b"".join([f for _, f in rows])
-        limit = operator.index(limit)
-        if limit <= 0:
-            return since, b""
-        where, params = visibility("?", origins)
-        with self.snapshot() as conn:
-            # two subqueries: SQLite answers a lone MIN or MAX from the primary key's b-tree, but scans
-            # the whole table for both in one SELECT
-            first, top = conn.execute("SELECT (SELECT MIN(id) FROM events), (SELECT MAX(id) FROM events)").fetchone()
-            if top is None or top <= since:
-                return since, b""
-            start = max(since, int(first) - 1)
-            end = min(start + limit, int(top))
-            rows = conn.execute(f"SELECT frame FROM events WHERE id > ? AND id <= ?{where} ORDER BY id",
-                                [start, end, *params]).fetchall()
-        return end, b"".join([r[0] for r in rows])
 
     def last_event_id(self) -> int:
         """Id of the newest event ever appended (0 when none); survives pruning."""

@@ -48,7 +48,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -59,7 +59,7 @@ from ..core.types import AuditRecord
 from ._db import check_amount, check_text, dumps
 from .checkpoints import STATES, CheckpointRows
 from .errors import StorageUnavailable, StoreError
-from .events import EventRows, visibility
+from .events import EventRows
 from .dialect import POSTGRES, SqlStore, where
 from .journal import JournalMixin
 from .leases import DEFAULT_LEASE_TTL, LEASE_COLUMNS, LeasesMixin, owner_alive
@@ -554,28 +554,6 @@ class PostgresStore(GrantsMixin, EventRows, JournalMixin, ConversationsMixin, Tr
 
     def _prune_page(self) -> int:
         return PRUNE_PAGE
-
-    def replay_sse(self, since: int, *, limit: int | None = None,
-                   origins: Collection[str] | None = None) -> tuple[int, bytes]:
-        """The frames of :meth:`events_since` concatenated, and the id of the last event *scanned*
-        (``since`` when none): with ``limit``, a page scans ids ``since + 1 … since + limit`` only
-        (retained ids are contiguous), so it is bounded work even for an origin with no events.
-        One REPEATABLE READ snapshot: the returned id never passes an event the page did not see."""
-        since = operator.index(since)
-        if limit is not None:
-            limit = operator.index(limit)
-            if limit <= 0:
-                return since, b""
-        where, params = visibility("%s", origins)
-        with self.snapshot() as conn:
-            first, top = conn.execute("SELECT MIN(id), MAX(id) FROM events").fetchone()
-            if top is None or top <= since:
-                return since, b""
-            start = max(since, int(first) - 1)
-            end = int(top) if limit is None else min(start + limit, int(top))
-            rows = conn.execute(f"SELECT frame FROM events WHERE id > %s AND id <= %s{where} ORDER BY id",
-                                [start, end, *params]).fetchall()
-        return end, b"".join([bytes(r[0]) for r in rows])
 
     def last_event_id(self) -> int:
         return int(self.query("SELECT last_id FROM event_seq")[0][0])

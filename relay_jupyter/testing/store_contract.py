@@ -445,6 +445,8 @@ class StoreContract:
         assert store.prune_events(max_age_s=25) == 2  # now is 1_000_100: events at 60, 70 go
         assert store.prune_events(max_count=0) == 2
         assert store.events_since(0) == [] and store.first_event_id() == 11 and store.last_event_id() == 10
+        # nothing retained: a replay scanned nothing and says so (not the newest id ever handed out)
+        assert store.replay_sse(0) == (0, b"") and store.replay_sse(3, limit=5) == (3, b"")
         assert store.append_event("t", {}).id == 11
         with pytest.raises(ValueError):
             store.prune_events(max_count=-1)
