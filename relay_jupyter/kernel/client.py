@@ -53,6 +53,9 @@ class Endpoint:
     kernel_credential: str | None = None
     """The standalone daemon's credential for this kernel (``X-Relay-Kernel``; the daemon bound this kernel's
     origin to it: ``kernel/discovery.py register``). None inside Jupyter (``auth`` is the kernel's credential)."""
+    notebook_claim: str | None = None
+    """The notebook this kernel claimed when it registered (``X-Relay-Notebook``), sent again when it renews its
+    credential (:meth:`RelayClient._renew`)."""
 
     def __repr__(self) -> str:  # never show the credential
         return (f"Endpoint(url={self.url!r}, auth={'<set>' if self.auth else None}"
@@ -134,6 +137,8 @@ class RelayClient:
         self.connect_timeout = connect_timeout
         self.rpc_timeout = rpc_timeout
         self._ids = itertools.count(1)
+        self._renewing: asyncio.Lock | None = None
+        self._not_renewed: Endpoint | None = None  # the credential a renewal could not replace: not tried again
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str, str]:
         kind, where, port, prefix, host = self.endpoint._target()
@@ -152,6 +157,45 @@ class RelayClient:
 
     async def _request(self, verb: str, path: str, body: bytes | None = None,
                        accept: str = "application/json", headers: dict[str, str] | None = None) -> _Response:
+        """One request; a daemon's 401 to a registered kernel renews its credential once and sends it again
+        (:meth:`_renew`: the daemon's kernel key or TCP token was rotated and the old one is no longer accepted).
+        A 401 is the daemon's answer before any method runs, so sending the request again repeats nothing."""
+        sent_with = self.endpoint
+        response = await self._send(verb, path, body, accept, headers)
+        if response.status != 401 or sent_with.kernel_credential is None or path == "kernel":
+            return response
+        if not await self._renew(sent_with):
+            return response  # the refusal, for the caller's error
+        response.close()
+        return await self._send(verb, path, body, accept, headers)
+
+    async def _renew(self, refused: Endpoint) -> bool:
+        """Register again with the daemon that refused ``refused`` (same address; the TCP token re-read from where
+        it came from, ``RELAY_TOKEN`` or the token file) and use the new credential when the daemon binds it to
+        the same origin. False when it does not: a kernel without a notebook path gets a fresh origin at every
+        registration, so its grant cannot follow it (restart the kernel); or the daemon refused again."""
+        if self._renewing is None:
+            self._renewing = asyncio.Lock()
+        async with self._renewing:
+            if self.endpoint is not refused:  # another request renewed it meanwhile
+                return True
+            if self._not_renewed is refused:
+                return False
+            self._not_renewed = refused
+            from .discovery import register, renewed_auth
+
+            base = Endpoint(refused.url, renewed_auth(refused), "kernel", notebook_claim=refused.notebook_claim)
+            try:
+                fresh = await register(base, refused.notebook_claim, timeout=self.connect_timeout + 5)
+            except AgentError:
+                return False
+            if fresh.kernel_credential is None or fresh.client_name != refused.client_name:
+                return False
+            self.endpoint = fresh
+            return True
+
+    async def _send(self, verb: str, path: str, body: bytes | None, accept: str,
+                    headers: dict[str, str] | None) -> _Response:
         reader, writer, prefix, host = await self._open()
         lines = [f"{verb} {prefix}{path} HTTP/1.1", f"Host: {host}", f"Accept: {accept}",
                  f"X-Relay-Client: {self.endpoint.client_name}", "Connection: close"]
@@ -249,7 +293,8 @@ class RelayClient:
 def _status_error(status: int, raw: bytes, method: str) -> AgentError:
     if status in (401, 403):
         return AgentError(f"the relay broker refused this kernel's credential (HTTP {status}); restart the "
-                          "kernel from the relay-enabled Jupyter server or fix RELAY_TOKEN", code=Code.UNAUTHORIZED)
+                          "kernel (from the relay-enabled Jupyter server, or on a daemon whose kernel key was rotated) "
+                          "or fix RELAY_TOKEN", code=Code.UNAUTHORIZED)
     if status == 413:
         return AgentError(f"the request for {method} was too large for the broker (HTTP 413)")
     return AgentError(f"the relay broker answered {method} with HTTP {status}; is RELAY_URL pointing at a relay "

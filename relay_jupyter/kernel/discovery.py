@@ -33,7 +33,7 @@ from .client import Endpoint
 from .errors import BrokerUnreachable
 
 __all__ = ["DAEMON_IDLE_TIMEOUT", "client_name_for", "daemon_command", "default_socket_path", "discover",
-           "notebook_from_argv", "notebook_path", "register", "runner_notebook"]
+           "notebook_from_argv", "notebook_path", "register", "renewed_auth", "runner_notebook"]
 
 DAEMON_IDLE_TIMEOUT = 600
 
@@ -165,7 +165,17 @@ async def register(endpoint: Endpoint, notebook: str | None, *, timeout: float =
             or not str(answer.get("origin", "")).startswith("daemon:kernel:"):
         raise _status_error(response.status if response.status != 200 else 502, raw, "kernel registration")
     return Endpoint(endpoint.url, endpoint.auth, str(answer["origin"]).removeprefix("daemon:"),
-                    kernel_credential=answer["credential"])
+                    kernel_credential=answer["credential"], notebook_claim=notebook)
+
+
+def renewed_auth(endpoint: Endpoint) -> str | None:
+    """The ``Authorization`` of ``endpoint`` read again from where it came from: on TCP the bearer token of
+    ``RELAY_TOKEN`` or the daemon's token file (``jupyter relay token rotate`` replaces the file); on the Unix socket
+    none (peer credentials)."""
+    if endpoint.auth is None or not endpoint.auth.startswith("Bearer "):
+        return endpoint.auth
+    token = _daemon_token()
+    return f"Bearer {token}" if token else endpoint.auth
 
 
 async def discover(*, client_name: str = "kernel", start_daemon: bool = True, wait: float = 60.0,
