@@ -682,7 +682,8 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
     of the service), her notebook's %%agent asks to run code, she clicks Connect then Approve on the card: her
     kernel (her OS user) writes the file. Then her side panel (through her server's panel proxy,
     server/hub_panel_proxy.py): the next run's card is listed there, Approve in the panel completes the run, and
-    bob's panel (his token as his server's proxy sends it) lists none of it."""
+    bob's panel (his token as his server's proxy sends it, and his own JupyterLab in a second browser context, logged
+    in through the hub while her card waits) lists none of it."""
     import os
     import pwd
 
@@ -710,6 +711,9 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
                  Reply(text("Writing through the panel."),
                        tool_use("run_code", {"code": "open('hub-panel.txt', 'w').write('approved in the panel')"})),
                  Reply(text("Finished with hub-panel.txt.")))
+    # bob's server starts now, beside alice's login, so that his JupyterLab is there when her card is
+    status, reply = hub.hub_api("POST", f"users/{BOB}/server")
+    assert status in (201, 202), (status, reply)
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=_CHROMIUM_ARGS)
@@ -755,6 +759,28 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
                 assert len(alices) == 1 and alices[0]["origin"].startswith(f"user:{ALICE}/"), alices
                 assert all(r["request_id"] != alices[0]["request_id"] and not r["origin"].startswith(f"user:{ALICE}/")
                            for r in bobs), bobs  # bob's panel does not see her card
+                # bob, logged in in a browser of his own while her card waits: his JupyterLab's panel, once it has
+                # its snapshot ("Connected" is shown after the cards are drawn), lists no card and nothing of hers
+                bob = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                try:
+                    bob.goto(f"{hub.url}/hub/login")
+                    bob.fill("#username_input", BOB)
+                    bob.fill("#password_input", "any password: the dummy authenticator")
+                    bob.click("#login_submit")
+                    bob.wait_for_url(f"**/user/{BOB}/**", timeout=180_000)
+                    bob.goto(f"{hub.url}/user/{BOB}/lab?reset")
+                    bob.locator('.jp-SideBar.jp-mod-right .lm-TabBar-tab[data-id="relay-jupyter-panel"]').click(
+                        timeout=120_000)
+                    bob_panel = bob.locator("#relay-jupyter-panel")
+                    bob_panel.get_by_text("Connected to the relay broker.").wait_for(timeout=60_000)
+                    bob.screenshot(path=str(artifacts / "hub-bob-panel.png"), full_page=True)
+                    assert bob_panel.get_by_text("Nothing is waiting for approval.").count() == 1
+                    assert bob_panel.locator("button:visible", has_text="Approve").count() == 0
+                    assert ALICE not in bob_panel.inner_text()
+                    assert alices[0]["request_id"] in {r["request_id"] for r in _panel(
+                        hub, tokens[ALICE], "permission.pending")["result"]["requests"]}  # still hers, still open
+                finally:
+                    bob.context.close()
                 page.screenshot(path=str(artifacts / "hub-panel-card.png"), full_page=True)
                 in_panel.first.click()
                 page.get_by_text("Finished with hub-panel.txt.").wait_for(timeout=60_000)
@@ -767,6 +793,7 @@ def test_a_browser_login_through_the_hub_clicks_a_consent_card_in_jupyterlab(hub
         assert panel_target.read_text() == "approved in the panel" and panel_target.stat().st_uid == alice.pw_uid
     finally:
         hub.hub_api("DELETE", f"users/{ALICE}/server")
+        hub.hub_api("DELETE", f"users/{BOB}/server")
 
 
 def test_alices_panel_through_her_server_sees_and_answers_only_her_own(hub, tokens, fake, tmp_path: Path) -> None:
