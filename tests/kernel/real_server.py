@@ -80,6 +80,13 @@ class RealServer:
             self.proc.wait(5)
         self.log.close()
 
+    def restart(self) -> None:
+        """Stop the server process (its kernels go with it) and start a new one on the same port, root, config and
+        data dirs: only what is on disk survives (a notebook reopened "on another day")."""
+        self.__exit__()
+        self.clients.clear()
+        self.__enter__()
+
     def api(self, verb: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=verb,

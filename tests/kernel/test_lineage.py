@@ -2,8 +2,9 @@
 cell ids of the turns before it, so after a kernel restart re-running a cell of the saved notebook forks at
 that cell instead of appending: the model request's history is that of the turn, not of everything run before.
 
-A real Jupyter server with the relay extension, FakeAnthropic as the model (its recorded requests give the
-history length), a kernel started by the server and restarted through the server's API."""
+A real Jupyter server with the relay extension (its broker on disk), FakeAnthropic as the model (its recorded
+requests give the history length), a kernel started by the server and restarted through the server's API; for
+"another day" the server process itself is stopped and a new one started on the same data dir."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ SETUP = ("%load_ext relay_jupyter\n"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RealServer, FakeAnthropic]]:
     with FakeAnthropic(api_key="test-key") as fake:
-        config = {"anthropic_base_url": fake.base_url, "anthropic_api_key": "test-key", "default_model": MODEL}
-        with RealServer(tmp_path_factory.mktemp("lineage"), config) as srv:
+        tmp = tmp_path_factory.mktemp("lineage")
+        config = {"anthropic_base_url": fake.base_url, "anthropic_api_key": "test-key", "default_model": MODEL,
+                  "in_memory": False, "data_dir": str(tmp / "relay-data")}
+        with RealServer(tmp, config) as srv:
             yield srv, fake
 
 
@@ -161,6 +164,62 @@ def test_turns_saved_against_another_broker_start_afresh(lab: tuple[RealServer, 
     assert [m["role"] for m in _messages(fake)] == ["user"]
     (saved,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(msgs)]
     assert saved["lineage"] == {"conversation": "gone-conversation", "turn": 0, "parent_cells": []}
+
+
+def _roles(fake: FakeAnthropic) -> list[str]:
+    return [m["role"] for m in _messages(fake)]
+
+
+def _lineage(msgs: list[dict[str, Any]]) -> dict[str, Any]:
+    (record,) = [o["metadata"]["relay"]["provenance"] for o in _provenance_outputs(msgs)]
+    return record["lineage"]
+
+
+def test_a_saved_notebook_reopened_in_a_new_server_and_kernel_forks_at_the_rerun_cell(
+        lab: tuple[RealServer, FakeAnthropic]) -> None:
+    # "another day" (issue 13 item 4): three cells run, the notebook saved, the Jupyter server process stopped; a
+    # NEW server process on the same data dir and a NEW kernel for the reopened notebook re-run cell 2 of 3: it
+    # forks at that cell's turn (the broker's store keeps each turn's cell id; nothing else survives but files)
+    srv, fake = lab
+    kc = srv.kernel_for("analysis.ipynb")
+    reply, msgs = execute(kc, SETUP)
+    assert reply["status"] == "ok", text_of(msgs)
+    ran = []
+    for cell_id, prompt in (("day-1", "what is in the data?"), ("day-2", "which column has gaps?"),
+                            ("day-3", "what next?")):
+        fake.enqueue(Reply(text(f"day-1 answer to {prompt}")))
+        source = f"%%agent --model {MODEL}\n{prompt}"
+        reply, msgs = execute(kc, source, timeout=90, cell_id=cell_id)
+        assert reply["status"] == "ok", text_of(msgs)
+        ran.append((cell_id, source, msgs))
+    assert _roles(fake) == ["user", "assistant", "user", "assistant", "user"]
+    (srv.root / "analysis.ipynb").write_text(json.dumps(_as_notebook(ran)))
+    before = srv.proc.pid
+    srv.restart()
+    assert srv.proc.pid != before
+    kc = srv.kernel_for("analysis.ipynb")
+    reply, msgs = execute(kc, "%load_ext relay_jupyter\n%config AgentMagics.consent_ui = 'headless'\n"
+                              "print(len(relay.provenance()))")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert text_of(msgs).strip().endswith("3")  # the saved answers are there to read
+    fake.enqueue(Reply(text("day-2 answer to cell 2")), Reply(text("day-2 answer to cell 3")))
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nwhich column has gaps, today?", timeout=90,
+                          cell_id="day-2")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert "day-2 answer to cell 2" in text_of(msgs)
+    # forked at turn 1: turn 0 and its answer, then the re-run prompt (appending would send 7 messages; a broker
+    # that forgot the conversation would send 1)
+    assert _roles(fake) == ["user", "assistant", "user"], _messages(fake)
+    sent = json.dumps(_messages(fake))
+    assert "what is in the data?" in sent and "day-1 answer to what is in the data?" in sent
+    assert "which column has gaps, today?" in sent and "day-1 answer to which column" not in sent
+    assert _lineage(msgs) == {"conversation": "default", "turn": 1, "parent_cells": ["day-1"]}
+    # the next cell continues after the re-run turn (the old turn 3 went with the fork)
+    reply, msgs = execute(kc, f"%%agent --model {MODEL}\nwhat next?", timeout=90, cell_id="day-3")
+    assert reply["status"] == "ok", text_of(msgs)
+    assert _roles(fake) == ["user", "assistant", "user", "assistant", "user"]
+    assert "day-2 answer to cell 2" in json.dumps(_messages(fake))
+    assert _lineage(msgs) == {"conversation": "default", "turn": 2, "parent_cells": ["day-1", "day-2"]}
 
 
 def test_restore_takes_the_newest_well_formed_record_of_the_chat() -> None:
