@@ -60,8 +60,9 @@ class RelayServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"token {self.token}"}, timeout=30)
 
-    def start(self, timeout: float = 60.0) -> RelayServer:
-        """Start the server and wait until its API answers."""
+    def start(self, timeout: float = 240.0) -> RelayServer:
+        """Start the server and wait until its API answers (at a load of 10 on this 2-core machine it took
+        over 60 s: the relay extension and JupyterLab import under contention)."""
         jupyter = Path(sys.executable).with_name("jupyter")
         args = [str(jupyter), "server", "--no-browser"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:

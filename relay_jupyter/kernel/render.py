@@ -16,33 +16,38 @@ text as ``text/plain``); the next paragraph opens a new display lazily below it.
 never sent again. The indicator is not appended to every update: it lives in the live display only
 while no text is growing there.
 
-**Byte bound.** Let a block's text be ``P`` characters and ``C`` (:data:`OVERHEAD`, about 100) the fixed
-bytes of one output message. A partial update that shows ``L`` characters is sent only when
+**What is final and what is interim** (issue 18, the lead's decision). The *final* form of every
+paragraph (its ``text/html`` and its ``text/plain`` fallback) and the footer with the run's provenance
+metadata are what a saved notebook, nbconvert and a text-only frontend keep: they are complete and sent
+once. The partial views of a growing paragraph are *interim*: they exist only so a person sees the text
+arrive, and they are sent only as often as that needs: when the paragraph has shown nothing for
+``refresh`` seconds (1 s). A paragraph that finishes within that second is sent once, as its final
+form; before this rule a partial view was also sent whenever the new text paid for it (``new >= 0.6 x
+(shown + C)``), about one per paragraph of a normal answer, 0.7x the answer in bytes.
 
-1. the text that arrived since the previous update is at least ``ALPHA * (L + C)`` (a *budget* update;
-   with :data:`ALPHA` = 0.6 each resent character is paid for by new ones, the shown length grows
-   geometrically, and the budget updates of a block total at most ``P / ALPHA`` bytes), or
-2. nothing was sent for ``refresh`` seconds (0.5 s) while text is waiting (a person sees text arrive at
-   least every half second; such an update costs at most ``max_tail + C``), or
-3. the live display shows only the indicator (the first text of a run, or after a card: at once, even
+**Byte bound.** Let ``C`` (:data:`OVERHEAD`, about 100) be the fixed bytes of one output message. A
+partial update is sent only when
+
+1. nothing was sent for ``refresh`` seconds (1 s) while text is waiting (a person sees text arrive at
+   least every second; such an update costs at most ``max_tail + C``), or
+2. the live display shows only the indicator (the first text of a run, or after a card: at once, even
    within ``interval`` of the indicator: one message per indicator shown),
 
-and otherwise never more often than every ``interval`` seconds. The block's final update costs
-``H * P + C`` and is its only complete copy. The tail is cut into a block at ``max_tail``
-(:data:`MAX_TAIL` = 600) characters, preferring a sentence end
-(:class:`~relay_jupyter.kernel.segmenter.Segmenter`). For an answer of ``A`` characters in ``B``
-blocks streamed over ``D`` seconds the output bytes are at most::
+and never more often than every ``interval`` seconds. The block's final update costs ``H * P + C`` for
+a block of ``P`` characters and is its only complete copy. The tail is cut into a block at
+``max_tail`` (:data:`MAX_TAIL` = 600) characters, preferring a sentence end
+(:class:`~relay_jupyter.kernel.segmenter.Segmenter`). For an answer of ``A`` characters in ``B`` blocks
+streamed over ``D`` seconds the output bytes are at most::
 
-    A * (H + 1/ALPHA)  +  C * (2B + 3)  +  (max_tail + C) * D / refresh
+    A * H  +  C * (2B + 3)  +  (max_tail + C) * D / refresh
 
 where ``H`` (about 2.1 for prose) is the size of a block's final bundle per character: its HTML and its
 text/plain fallback.
 
 The last term is the price of the visible refresh; it matters only for slow streams of long
-paragraphs (about ``(L + C) / (rate * refresh)`` per answer byte: 45 tokens/s in one long paragraph
-costs about 5x). ``tests/kernel/test_streaming_bytes.py`` measures it in a real kernel (the figures
-are in docs/kernel.md). At the end the answer stays as ``text/html`` + ``text/plain`` outputs: a saved
-notebook reads well without widgets or a kernel.
+paragraphs (about ``(L + C) / (rate * refresh)`` per answer byte). ``tests/kernel/test_streaming_bytes.py``
+measures it in a real kernel (the figures are in docs/kernel.md). At the end the answer stays as
+``text/html`` + ``text/plain`` outputs: a saved notebook reads well without widgets or a kernel.
 """
 
 from __future__ import annotations
@@ -57,15 +62,15 @@ from typing import Any, Protocol
 from .rendering import markdown_html, visible
 from .segmenter import Segmenter
 
-__all__ = ["ALPHA", "OVERHEAD", "DisplaySink", "Output", "Sink", "StreamView", "TextSink"]
+__all__ = ["OVERHEAD", "REFRESH", "DisplaySink", "Output", "Sink", "StreamView", "TextSink"]
 
 Output = dict[str, str]
 """A display bundle: ``{"text/html": ..., "text/plain": ...}`` (a live update may carry only text/html)."""
 
 INDICATOR = "*working…*"
 CURSOR = "▍"
-ALPHA = 0.6
-"""Budget: a partial update needs new text >= ALPHA x the bytes it sends."""
+REFRESH = 1.0
+"""Seconds a growing paragraph may show nothing new before a partial view of it is sent (interim output)."""
 OVERHEAD = 100
 """Approximate fixed bytes of one ``update_display_data`` content (keys, display id), in characters."""
 MAX_TAIL = 600
@@ -139,7 +144,7 @@ class StreamView:
     or tool step, :meth:`resume` after it, :meth:`status` to change the indicator and :meth:`finish`
     at the end."""
 
-    def __init__(self, sink: Sink | None = None, *, interval: float = 0.1, refresh: float = 0.5,
+    def __init__(self, sink: Sink | None = None, *, interval: float = 0.1, refresh: float = REFRESH,
                  idle: float = 1.5, max_tail: int = MAX_TAIL, clock: Callable[[], float] = time.monotonic,
                  schedule: bool = True) -> None:
         self.sink = sink or DisplaySink()
@@ -236,17 +241,14 @@ class StreamView:
         """When the next update may go out (-inf: now)."""
         if (not self.pending and self.live is not None and self.shown_tail == 0
                 and self.segmenter.tail.strip()):
-            # the live display shows only the indicator: the first text replaces it at once (rule 3; one
+            # the live display shows only the indicator: the first text replaces it at once (rule 2; one
             # message per indicator shown). Waiting for the interval counted from the indicator delayed a
             # fresh kernel's first text by up to 0.1 s (issue 18, measured in benchmarks/peer_magics.py)
             return float("-inf")
         if self.pending or (self.live is not None and self.shown_tail == 0):
             return self.last_update + self.interval   # a finished block, or the first text after the indicator
-        tail = len(self.segmenter.tail)
-        new = tail - self.shown_tail
-        if new > 0 and new >= ALPHA * (tail + len(CURSOR) + OVERHEAD):
-            return self.last_update + self.interval   # paid for by new text
-        return self.last_update + self.refresh        # the minimum visible refresh
+        # a partial view is interim output: only when the paragraph showed nothing new for `refresh`
+        return self.last_update + self.refresh
 
     def _maybe_flush(self, force: bool = False) -> None:
         if not self.dirty:

@@ -2,7 +2,7 @@
 
 Each finished block is sent once in its final form, as sanitised ``text/html`` *and* its ``text/plain``
 fallback (about 2.1x the block), the growing block as bounded ``text/plain`` updates: 20,000 back-to-back
-deltas stay below 3x, a model-paced answer (whose visible 0.5 s refresh resends the open block) below 4x.
+deltas stay below 3x, a model-paced answer (whose visible 1 s refresh resends the open block) below 4x.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _output_bytes(msgs: list[dict[str, Any]]) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("paragraph_words", [60, None], ids=["ten-paragraphs", "one-paragraph"])
 def test_paced_answer_costs_at_most_4x(kernel: Any, broker: FakeBroker, paragraph_words: int | None) -> None:
-    # 600 tokens at 100 tokens/s: every live update is paid for by new text or by the 0.5 s refresh,
+    # 600 tokens at 100 tokens/s: a partial view goes out only after 1 s with nothing new shown (interim),
     # and a paragraph's last update is its rendering (text/markdown only, before the sanitised text/html:
     # 2.2x and 2.6x; before the coalescing: 6.5x and 14x)
     deltas = _tokens(600, paragraph_words)
