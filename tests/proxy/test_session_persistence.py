@@ -2,13 +2,14 @@
 classified against the history stored by the last request that succeeded — also after the daemon restarted,
 or when another broker on the same store answered the previous request.
 
-Real parts: the SQLite store of a data dir (two connections = two brokers), and a real ``jupyter relay serve``
+Real parts: the SQLite store of a data dir and a PostgreSQL store (two connections = two brokers), and a real ``jupyter relay serve``
 subprocess with the shipped fake Anthropic upstream and the official ``anthropic`` SDK client."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import pytest
@@ -29,8 +30,20 @@ def _body(*texts: str) -> dict:
     return {"system": "sys", "messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]}
 
 
-async def test_two_brokers_on_one_store_share_a_sessions_lineage(tmp_path: Path) -> None:
-    one, two = Store.open(tmp_path / "relay.db"), Store.open(tmp_path / "relay.db")
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=[pytest.mark.pg, pytest.mark.slow])])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Opens another connection to one store, as another broker on it does: the SQLite file of a data dir, or
+    one user's schema of a PostgreSQL ``store_url`` (a throwaway cluster)."""
+    if request.param == "sqlite":
+        return lambda: Store.open(tmp_path / "relay.db")
+    from relay_jupyter.storage.postgres import PostgresStore
+
+    url, password_file = request.getfixturevalue("postgres_db")
+    return lambda: PostgresStore.open(url, password_file=password_file, namespace="alice")
+
+
+async def test_two_brokers_on_one_store_share_a_sessions_lineage(open_store: Any) -> None:
+    one, two = open_store(), open_store()
     a, b = SessionBook(store=one), SessionBook(store=two)
     headers = {"x-relay-session": "s1"}
     try:
@@ -52,7 +65,7 @@ async def test_two_brokers_on_one_store_share_a_sessions_lineage(tmp_path: Path)
         del failed
         # a restarted broker (a new book, a new connection) still knows the session
         a.close()
-        three = Store.open(tmp_path / "relay.db")
+        three = open_store()
         try:
             again = await SessionBook(store=three).observe_async(ORIGIN, headers, _body("q1", "a1", "q2", "a2", "q3"))
             assert again.lineage.kind == "continuation" and again.lineage.kept == 3
