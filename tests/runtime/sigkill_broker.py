@@ -10,7 +10,8 @@ one JSON line ``{"run_id", "call_id", "pid"}`` and then waits to be killed.
     RELAY_TEST_KEY=... python tests/runtime/sigkill_broker.py --data-dir D --root R --base-url U \
         --mcp-config M --conversation C --origin O --model claude-test-1 --tool notes__hang
 
-``--recover-only D`` only starts a broker on ``D`` (crash repair) and exits (see :func:`recover_only`).
+``--recover-only D`` only starts a broker on ``D`` (crash repair) and exits (see :func:`recover_only`);
+``--recover-many`` does that for each data dir it reads, each in a process of its own (:func:`recover_many`).
 """
 
 from __future__ import annotations
@@ -78,12 +79,46 @@ def recover_only(data_dir: str) -> int:
     return 0
 
 
+def recover_many() -> int:
+    """``--recover-many``: :func:`recover_only` for each line ``{"data_dir": D, "crash_at": "recovery:N" | null}``
+    read from stdin, each in a child forked from this process (its imports done once: a fresh interpreter per
+    broker start cost ~2 s of CPU, and the kill test starts two dozen). The child is a process of its own that
+    the hook ends with ``os._exit`` (no cleanup) or that exits; then ``{"rc": its exit code}`` is printed.
+    Nothing but imports runs here before a fork (no broker, no thread, no open database)."""
+    import traceback
+
+    from relay_jupyter.backends.demo import DemoBackend  # noqa: F401  (imported once, before the forks)
+    from relay_jupyter.broker.runtime_setup import install_runtime  # noqa: F401
+
+    for line in sys.stdin:
+        job = json.loads(line)
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                if job["crash_at"]:
+                    os.environ["RELAY_TEST_CRASH_AT"] = job["crash_at"]
+                code = recover_only(job["data_dir"])
+            except BaseException:  # noqa: BLE001  (reported, then the child's own exit code)
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the arguments and run until killed."""
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     if argv[:1] == ["--recover-only"]:
         return recover_only(argv[1])
+    if argv[:1] == ["--recover-many"]:
+        return recover_many()
     parser = argparse.ArgumentParser(description="broker child of the SIGKILL test")
     for name in ("data-dir", "root", "base-url", "mcp-config", "conversation", "origin", "model", "tool"):
         parser.add_argument(f"--{name}", required=True)

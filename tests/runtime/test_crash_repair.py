@@ -128,40 +128,72 @@ def _check_consistent(data_dir, *, complete: bool) -> None:
         store.close()
 
 
+class _Recoverer:
+    """One ``sigkill_broker.py --recover-many`` process: each :meth:`start` is a broker start on a data dir
+    (crash repair) in a child process of its own, forked after the imports (sigkill_broker.recover_many)."""
+
+    def __init__(self, tmp_path) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        self.stderr = tmp_path / "recover.stderr"
+        with open(self.stderr, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("sigkill_broker.py")),
+                                          "--recover-many"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+
+    def start(self, data_dir, crash_at: str | None = None) -> tuple[int, list[str]]:
+        """``(exit code, stdout lines)`` of one broker start on ``data_dir``."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"data_dir": str(data_dir), "crash_at": crash_at}).encode() + b"\n")
+        self.proc.stdin.flush()
+        lines: list[str] = []
+        while True:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise AssertionError(self.stderr.read_text(errors="replace")[-2000:])
+            if line.startswith('{"rc": '):
+                return json.loads(line)["rc"], lines
+            lines.append(line)
+
+    def errors(self) -> str:
+        return self.stderr.read_text(errors="replace")[-2000:]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
 @pytest.mark.slow
 def test_a_kill_at_any_write_of_recovery_is_repaired_by_the_next_start(tmp_path):
     """The broker process doing recovery dies (``os._exit``, no cleanup) at write point N, for every N
-    recovery has; after each death the state is consistent, and the next start finishes the job."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    child = Path(__file__).with_name("sigkill_broker.py")
-    killed_at = 0
-    for n in range(1, 200):
-        data = tmp_path / f"kill-{n}"
-        _dead_broker_state(data)
-        env = {**os.environ, "RELAY_TEST_CRASH_AT": f"recovery:{n}"}
-        proc = subprocess.run([sys.executable, str(child), "--recover-only", str(data)], env=env,
-                              capture_output=True, timeout=120)
-        if proc.returncode == 0:  # recovery has fewer than n write points: every one was tried
+    recovery has; after each death the state is consistent, and the next start finishes the job.
+    Each broker start is a process of its own, forked from one that did the imports once."""
+    starts = _Recoverer(tmp_path)
+    try:
+        killed_at = 0
+        for n in range(1, 200):
+            data = tmp_path / f"kill-{n}"
+            _dead_broker_state(data)
+            rc, _ = starts.start(data, f"recovery:{n}")
+            if rc == 0:  # recovery has fewer than n write points: every one was tried
+                _check_consistent(data, complete=True)
+                break
+            assert rc == 137, starts.errors()
+            killed_at = n
+            _check_consistent(data, complete=False)
+            # restart (no hook): everything is repaired, exactly once (the child's second recover() in
+            # the same process finds nothing left)
+            rc, out = starts.start(data)
+            assert rc == 0, starts.errors()
+            assert json.loads(out[-1]) == {"again": []}
             _check_consistent(data, complete=True)
-            break
-        assert proc.returncode == 137, proc.stderr.decode(errors="replace")[-2000:]
-        killed_at = n
-        _check_consistent(data, complete=False)
-        # restart (no hook): everything is repaired, exactly once (the child's second recover() in
-        # the same process finds nothing left)
-        again = subprocess.run([sys.executable, str(child), "--recover-only", str(data)],
-                               capture_output=True, timeout=120)
-        assert again.returncode == 0, again.stderr.decode(errors="replace")[-2000:]
-        assert json.loads(again.stdout.decode().strip().splitlines()[-1]) == {"again": []}
-        _check_consistent(data, complete=True)
-    # 2 runs x (before, 2 inside, after) + the orphan request's before/after
-    assert killed_at >= 2 * 4 + 2
-    # and a later start on a repaired dir changes nothing
-    last = subprocess.run([sys.executable, str(child), "--recover-only", str(tmp_path / f"kill-{killed_at}")],
-                          capture_output=True, timeout=120)
-    assert last.returncode == 0
-    _check_consistent(tmp_path / f"kill-{killed_at}", complete=True)
+        # 2 runs x (before, 2 inside, after) + the orphan request's before/after
+        assert killed_at >= 2 * 4 + 2
+        # and a later start on a repaired dir changes nothing
+        rc, _ = starts.start(tmp_path / f"kill-{killed_at}")
+        assert rc == 0
+        _check_consistent(tmp_path / f"kill-{killed_at}", complete=True)
+    finally:
+        starts.close()
