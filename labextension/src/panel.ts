@@ -2,6 +2,7 @@
 // (grants, with revoke), what it has spent (budgets), its latest runs (with cancel) and what was decided
 // (the audit tail, with the notebook and the time of each decision).
 // Plain DOM on a Lumino widget: the panel is small and this keeps the bundle free of React.
+import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 import {
   auditParams, budgetMeters, IMeter, lineageLine, notebookOf, offeredChoices, parseFilter, profileBudgets,
@@ -193,6 +194,13 @@ export class RelayPanel extends Widget {
       window.clearInterval(this.sessionsTimer);
     }
     super.dispose();
+  }
+
+  // opened (or shown again): the sections that change without an event are read at once, not at the next poll
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this.refreshSessions();
+    void this.signIns.refresh();
   }
 
   private async start(): Promise<void> {
