@@ -571,7 +571,8 @@ class ClaudeCodeEngine:
                                 "(the claude-code engine runs Claude models only; use --model claude-...)")
 
     async def drive(self, run: EngineRun) -> None:
-        history = run.begin()
+        # the save of the prompt on a store thread (runtime/offload.py; run.start loaded the history)
+        history = await run.begin_async() if run.begin_async is not None else run.begin()
         stored = list(history)  # as stored now (the list itself is the run's, and grows with run.add)
         workspace = Path(self.services.workspace_for(run.ctx.conversation))
         stopped: dict[str, str] = {}

@@ -66,11 +66,16 @@ class EngineRun:
     ``GateRefusal(BUDGET_EXCEEDED)`` past the cap); returns the step number."""
     save: Callable[[], None] = lambda: None
     """Store what the engine appended to ``state.history`` (append-only: only the new messages)."""
-    begin_async: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    begin_async: Callable[..., Awaitable[list[dict[str, Any]]]] | None = None
     """``begin`` with its store calls (the load, the save) off the event loop (runtime/offload.py); None:
-    the engine calls ``begin`` on the loop."""
+    the engine calls ``begin`` on the loop. ``begin_async(store=False)`` leaves the save to the engine, which
+    calls ``save`` on a store thread in its next store call, before it asks the model anything (one thread hop
+    fewer before the first request)."""
     save_async: Callable[[], Awaitable[None]] | None = None
     """``save`` off the event loop; None: ``save`` on the loop."""
+    first: Callable[[], Awaitable[Any]] | None = None
+    """The result of the engine's optional ``prepare`` work (see :class:`RunEngine`), waited for; None without
+    one. Raises what the work raised; when the run is cancelled meanwhile, the result's ``undo()`` runs first."""
     settled: Callable[[Any, Any, BaseException | None], None] = lambda reservation, turn, ended: None
     """Called once a model request is settled (``reservation``, the ``TurnResult``, how it ended or None):
     the broker's telemetry row of the turn."""
@@ -90,3 +95,10 @@ class RunEngine(Protocol):
     async def drive(self, run: EngineRun) -> None:
         """Run to the end (see the module docstring for how the ending decides the terminal event)."""
         ...
+
+    # Optional: ``prepare(run: EngineRun) -> Callable[[], Any]``, called on the loop by ``run.start`` before its
+    # store call; the function it returns runs on that store thread right after the run is journalled, while
+    # the loop answers ``run.start`` (one thread hop for the start and the engine's first store work, issue
+    # 18). It may call ``run.begin()`` (its events are appended once the run takes the result), the gate and
+    # the store, nothing of the loop. ``drive`` gets its result from ``await run.first()``; an object with an
+    # ``undo()`` is undone (on a store thread) when the run is cancelled before it used it.

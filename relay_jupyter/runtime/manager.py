@@ -13,8 +13,8 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +131,44 @@ class _Run:
     """While set, ``_save`` leaves the write to its caller, which makes it off the event loop."""
     writes: list[Any] = field(default_factory=list)
     """Store writes of the run nothing awaited (its telemetry rows): done before its terminal event."""
+    prepared: Any = None
+    """The future of start's store call while the engine's ``prepare`` work has not been taken by the run."""
+    deferred: list[tuple[str, dict[str, Any]]] | None = None
+    """Events the ``prepare`` work emitted on its store thread, appended on the loop when the run takes it."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the run's end is recorded (its terminal event delivered), by :meth:`RunManager._close`."""
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """What the engine's ``prepare`` work raised: the run's task raises it (one terminal event)."""
+
+    exc: Exception
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _first_of(journalled: asyncio.Future[None], call: asyncio.Future[Any]) -> bool:
+    """Wait until ``journalled`` is set or ``call`` has ended, through cancellations (the run it journals must
+    start whatever the caller does); True when the waiting task was cancelled meanwhile."""
+    cancelled = False
+    while not journalled.done() and not call.done():
+        try:
+            await asyncio.wait((journalled, call), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
 
 
 class RunManager:
@@ -201,30 +239,59 @@ class RunManager:
                 "mode": tool_ctx.mode.value, **({"profile": params.profile} if params.profile else {}),
                 "originator": ctx.client_id}
 
-        def journal() -> bool:
+        erun = self._engine_run(run)
+        # the engine's first store work (runtime/engine.py ``RunEngine.prepare``; the relay loop: the prompt's save,
+        # the grant, the first request's reservation), built here on the loop, run in the same store call
+        work = engine.prepare(erun) if callable(getattr(engine, "prepare", None)) else None
+        loop = asyncio.get_running_loop()
+        journalled: asyncio.Future[None] = loop.create_future()
+
+        def journal() -> tuple[bool, Any]:
+            # one store call for the whole start (issue 18: each store call handed to a thread is a hop that
+            # costs the loop and the thread a wake-up each, milliseconds on a busy machine; seven of them were
+            # the first text's lag): the history the run needs first, the owner check, and the journal row, which
+            # exists before the model can spend anything (crash repair finds the run); then, while the loop
+            # answers run.start, the engine's first work
+            stored = self.conversations.load_conversation(ctx.conversation)
+            owner = stored.get("origin") if isinstance(stored, dict) else None
+            if owner is not None and owner != ctx.origin:
+                # another notebook's conversation id: answered as a missing one (CONFLICT would leak that it exists)
+                raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {_display_name(ctx.conversation)} "
+                                     "for this notebook")
             if self.journal.running_elsewhere(ctx.conversation):
-                return False
+                return False, None
             self.journal.run_started(run_id, ctx.origin, ctx.conversation, meta)
-            return True
+            run.preloaded = stored  # read by the run's begin (once the loop knows this call has returned)
+            if work is None:
+                return True, None
+            run.deferred = []  # the events the work emits here wait for the run's task (the loop appends them)
+            loop.call_soon_threadsafe(_resolve, journalled)  # run.start is answered now
+            try:
+                return True, work()
+            except Exception as exc:  # noqa: BLE001 - given to the run: it ends with its one terminal event
+                return True, _Failed(exc)
 
         # off the event loop (runtime/offload.py); a cancelled caller still gets a journalled run started,
         # so that it ends with its one terminal event rather than staying "running" in the journal
         recorded = submit(journal)
-        cancelled = await outcome(recorded)
+        cancelled = await _first_of(journalled, recorded)
         try:
-            if not recorded.result():
+            if not journalled.done() and not recorded.result()[0]:
                 raise RoutingRefusal(Code.CONFLICT, "this conversation already has a running agent; "
                                      "cancel it or wait for it to finish")
         except BaseException:
             self._forget(run)
             raise
+        if work is not None:
+            run.prepared = recorded
         self._emit(run, EventType.RUN_STARTED, {"conversation": ctx.conversation, "model": params.model,
                                                 "backend": params.backend, "engine": params.engine,
                                                 "mode": tool_ctx.mode.value, "originator": ctx.client_id,
                                                 **({"profile": params.profile} if params.profile else {})})
-        run.task = asyncio.create_task(self._main(run, engine), name=f"relay-{run_id}")
-        # a task cancelled before its first step never runs _main: still end the run exactly once
-        run.task.add_done_callback(lambda _t: self._close(run, EventType.CANCELLED, {}, "cancelled"))
+        run.task = asyncio.create_task(self._main(run, engine, erun), name=f"relay-{run_id}")
+        # a task cancelled before its first step never runs _main: still end the run exactly once (once the
+        # engine's first work, if still running on its store thread, has ended and been undone)
+        run.task.add_done_callback(lambda _t: self._ended_early(run))
         if cancelled:
             raise asyncio.CancelledError
         return run_id
@@ -236,8 +303,23 @@ class RunManager:
         return self.backends.get(params.backend)
 
     def busy(self, conversation: str) -> bool:
-        """True while ``conversation`` has an active run."""
+        """True while ``conversation`` has an active run (or is claimed, :meth:`claim`)."""
         return conversation in self._by_conversation
+
+    @contextmanager
+    def claim(self, conversation: str, busy: str) -> Iterator[None]:
+        """Hold ``conversation`` while a caller changes it on a store thread (``conversations.fork`` /
+        ``delete``): a ``run.start`` meanwhile is CONFLICT, as one of a running agent. Raises
+        ``RoutingRefusal(CONFLICT, busy)`` when a run (or another claim) has it."""
+        if conversation in self._by_conversation:
+            raise RoutingRefusal(Code.CONFLICT, busy)
+        token = "claim_" + secrets.token_hex(8)  # never a run id: _forget and the run index ignore it
+        self._by_conversation[conversation] = token
+        try:
+            yield
+        finally:
+            if self._by_conversation.get(conversation) == token:
+                del self._by_conversation[conversation]
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         """An active run's summary, or None."""
@@ -263,17 +345,20 @@ class RunManager:
         return [i for i in ids if self.cancel(i)]
 
     async def wait(self, run_id: str) -> None:
-        """Wait until an active run has ended (returns at once for unknown runs)."""
+        """Wait until an active run has ended, its terminal event recorded (returns at once for unknown runs)."""
         run = self._runs.get(run_id)
-        if run is not None and run.task is not None and not run.task.done():
-            await asyncio.wait({run.task})
+        if run is not None and run.task is not None:
+            if not run.task.done():
+                await asyncio.wait({run.task})
+            await run.ended.wait()  # a run cancelled before its first step ends once its first work has
 
     async def aclose(self) -> None:
         """Cancel every run and wait for them to end (broker shutdown)."""
-        tasks = [r.task for r in self._runs.values() if r.task is not None]
+        runs = [r for r in self._runs.values() if r.task is not None]
         self.kill()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if runs:
+            await asyncio.gather(*(r.task for r in runs), return_exceptions=True)
+            await asyncio.gather(*(r.ended.wait() for r in runs))
 
     async def execute_client_call(self, ctx: ToolContext, tool: str, arguments: Any) -> ToolResult:
         """``tools.call``: a client-initiated call through the same executor and gate."""
@@ -318,6 +403,7 @@ class RunManager:
 
         def begin() -> list[dict[str, Any]]:
             history = self._load_history(run)
+            run.preloaded = _NOT_LOADED  # loaded once: a second begin would read the store again
             # lineage by cell id (issue 13): a re-run of a cell that already took a turn replaces that turn
             # and every later one, whatever the kernel remembers (restarted, another day, an unsaved notebook)
             history, forked_at = cell_fork(history, run.params.cell_id)
@@ -334,17 +420,21 @@ class RunManager:
             self._emit(run, EventType.TURN, {"turn": run.turn, "forked_at": forked_at, "parent_cells": parents})
             return history
 
-        async def begin_async() -> list[dict[str, Any]]:
+        async def begin_async(store: bool = True) -> list[dict[str, Any]]:
             # the load and the save off the event loop (a long history is tens of ms of JSON, a locked
-            # store seconds); what begin() decides in between runs on the loop, as its events must
-            run.preloaded = await off_loop(self.conversations.load_conversation, run.ctx.conversation)
+            # store seconds); what begin() decides in between runs on the loop, as its events must. The load
+            # was done by start's one store call; ``store=False``: the caller saves (``save``, on a store
+            # thread) in its own next store call, before the model can spend (the relay loop's first request)
+            if run.preloaded is _NOT_LOADED:
+                run.preloaded = await off_loop(self.conversations.load_conversation, run.ctx.conversation)
             run.defer_save = True
             try:
                 history = begin()
             finally:
                 run.defer_save = False
                 run.preloaded = _NOT_LOADED
-            await off_loop(self._save, run)
+            if store:
+                await off_loop(self._save, run)
             return history
 
         async def save_async() -> None:
@@ -360,7 +450,7 @@ class RunManager:
                          emit=lambda type, data: self._emit(run, type, data),
                          text=lambda text: self._text_delta(run, text), begin=begin, add=add,
                          state=run, steps=lambda: run.steps, step=step, save=lambda: self._save(run),
-                         begin_async=begin_async, save_async=save_async,
+                         begin_async=begin_async, save_async=save_async, first=lambda: self._first(run),
                          settled=lambda reservation, turn, ended: self._settled(run, reservation, turn, ended))
 
     def _settled(self, run: _Run, reservation: Any, turn: TurnResult, ended: BaseException | None) -> None:
@@ -371,10 +461,67 @@ class RunManager:
                                  reservation, turn, ended, profile=run.params.profile,
                                  now=asyncio.get_running_loop().time()))
 
-    async def _main(self, run: _Run, engine: RunEngine) -> None:
+    async def _first(self, run: _Run) -> Any:
+        """What the engine's ``prepare`` work returned (``EngineRun.first``; None without one): waited for through
+        cancellations; the events it emitted are appended first. Raises what the work raised; a cancelled run
+        undoes what it did (``undo()`` of the result: the first request's hold is released) before propagating."""
+        future = run.prepared
+        if future is None:
+            return None
+        run.prepared = None
+        cancelled = await outcome(future)
+        self._flush_deferred(run)
+        value = future.result()[1]
+        if isinstance(value, _Failed):
+            raise value.exc
+        if cancelled:
+            undo = getattr(value, "undo", None)
+            if undo is not None:
+                await outcome(done := submit(undo))
+                if not done.cancelled() and done.exception() is not None:
+                    log.error("run %s: undoing its first request failed: %s", run.run_id,
+                              type(done.exception()).__name__)
+            raise asyncio.CancelledError
+        return value
+
+    def _ended_early(self, run: _Run) -> None:
+        """The run's task is done: when it never ran (cancelled before its first step), end the run here, after
+        the engine's first work has ended (undone: its hold released, not sent)."""
+        future = run.prepared
+        if future is None or run.finished:
+            self._close(run, EventType.CANCELLED, {}, "cancelled")
+            return
+        run.prepared = None
+
+        def close(undone: Any = None) -> None:
+            if undone is not None and not undone.cancelled() and undone.exception() is not None:
+                log.error("run %s: undoing its first request failed: %s", run.run_id,
+                          type(undone.exception()).__name__)
+            self._close(run, EventType.CANCELLED, {}, "cancelled")
+
+        def after(_f: Any) -> None:
+            self._flush_deferred(run)
+            value = None if future.cancelled() or future.exception() is not None else future.result()[1]
+            undo = getattr(value, "undo", None)
+            if undo is None:
+                close()
+            else:  # released before the run's end is recorded (a panel reading the budget then sees no hold)
+                submit(undo).add_done_callback(close)
+
+        if future.done():
+            after(future)
+        else:
+            future.add_done_callback(after)
+
+    def _flush_deferred(self, run: _Run) -> None:
+        deferred, run.deferred = run.deferred, None
+        for type, data in deferred or ():
+            self._emit(run, type, data)
+
+    async def _main(self, run: _Run, engine: RunEngine, erun: EngineRun) -> None:
         terminal, data, state = EventType.DONE, {}, "done"
         try:
-            await engine.drive(self._engine_run(run))
+            await engine.drive(erun)
         except asyncio.CancelledError:
             failure = run.store_failure
             if isinstance(failure, Refusal):  # cancelled by a store failure the coalescer's timer met
@@ -399,6 +546,16 @@ class RunManager:
                                                       "message": f"internal error ({type(exc).__name__})"}, "error"
         finally:
             cancelled = False
+            if run.prepared is not None:  # the engine never took its first work's result: it is undone
+                try:
+                    value = await self._first(run)
+                    undo = getattr(value, "undo", None)
+                    if undo is not None:
+                        cancelled = await outcome(submit(undo)) or cancelled
+                except asyncio.CancelledError:
+                    cancelled = True
+                except Exception:  # noqa: BLE001 - the run ends with what drive() raised, not this
+                    pass
             for write in run.writes:  # the run's telemetry rows are stored once its end is seen
                 cancelled = await outcome(write) or cancelled
             # on the loop: the transaction appends the terminal event, whose live delivery must keep the
@@ -442,6 +599,12 @@ class RunManager:
         if run.finished:
             return
         run.finished = True
+        try:
+            self._record_end(run, terminal, data, state)
+        finally:
+            run.ended.set()
+
+    def _record_end(self, run: _Run, terminal: str, data: dict[str, Any], state: str) -> None:
         self.events.flush()  # the run's queued text deltas are stored before its terminal event
         try:
             if run.current is not None:  # cancelled or failed mid-stream: keep what was said
@@ -537,6 +700,9 @@ class RunManager:
         """A run's event by group commit, as its text deltas (issue 18: one transaction per event, on the loop,
         was a large share of the loop's time with 64 runs): stored with the other events of this loop turn,
         in order, before anything after it; a failed store ends the run with the storage code."""
+        if run.deferred is not None and not _on_loop():  # the engine's prepare work, on a store thread
+            run.deferred.append((type, data))
+            return
         if run.store_failure is not None and asyncio.current_task() is run.task and run.task is not None:
             raise run.store_failure
         self.events.append_soon(type, {"run_id": run.run_id, **data}, origin=run.ctx.origin, run_id=run.run_id,
@@ -626,6 +792,15 @@ def record_turn(telemetry: Any, run_id: str, conversation: str, model: str, rese
             error_code=code if isinstance(code, str) else ("CANCELLED" if status == "cancelled" else None))
     except Exception:  # noqa: BLE001 - a telemetry bug must never end a run
         log.exception("relay telemetry: recording a turn failed")
+
+
+def _display_name(conversation: str) -> str:
+    """The conversation's name within its origin (broker/conversation_keys: the key is a JSON pair)."""
+    try:
+        name = json.loads(conversation)[1]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return conversation
+    return name if isinstance(name, str) else conversation
 
 
 def _name_of(history: list[dict[str, Any]]) -> str:

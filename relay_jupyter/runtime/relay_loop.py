@@ -12,7 +12,8 @@ an interrupted turn in the history.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, ToolCallDone
@@ -58,35 +59,93 @@ class RelayLoopEngine:
         assert backend is not None  # check() ran at start
         await relay_loop(run, backend, self._manager.providers)
 
+    def prepare(self, run: EngineRun) -> Callable[[], FirstRequest]:
+        """The first model request's store work, done in ``run.start``'s one store call (runtime/engine.py):
+        the prompt appended and stored, the run's caps, the capability set and the reservation (the journal
+        row exists already: the model cannot spend before it). The loop then sends the request at once."""
+        params, cfg = run.params, run.config
+        index = ToolIndex(self._manager.providers, run.tool_ctx, allowed=params.tools)  # on the loop
+        candidates, estimates = index.specs(), ToolEstimates()
+        max_tokens = params.max_tokens or cfg.max_tokens
+
+        def work() -> FirstRequest:
+            history = run.begin()  # the prompt is durable before the model is asked (crash repair keeps it)
+            budget = run.gate.run_budget(run.ctx.origin)
+            messages = prepare(history, result_budget=cfg.result_budget)
+            counted = estimates.count(cfg.system_prompt, messages, max_tokens)
+            specs, reservation = _reserve(run, candidates, estimates, counted, budget)
+            return FirstRequest(history, budget, index, estimates, messages, specs, reservation)
+
+        return work
+
+
+@dataclass
+class FirstRequest:
+    """The first model request of a run, ready to send (:meth:`RelayLoopEngine.prepare`)."""
+
+    history: list[dict[str, Any]]
+    budget: Any
+    index: ToolIndex
+    estimates: ToolEstimates
+    messages: list[dict[str, Any]]
+    specs: list[Any]
+    reservation: Any
+
+    def undo(self) -> None:
+        """Never sent (the run was cancelled first): the hold is released."""
+        self.reservation.release()
+
+
+def _reserve(run: EngineRun, candidates: Sequence[Any], estimates: ToolEstimates, counted: RequestEstimate,
+             budget: Any) -> tuple[list[Any], Any]:
+    """On a store thread: the capability set (only what the grant allows now: re-read at each request, so a
+    grant narrowed or revoked mid-run shrinks the offer at the next one) and the request's reservation."""
+    params = run.params
+    allowed = set(run.gate.allowed_tools(run.ctx.origin, [s.name for s in candidates]))
+    specs = [s for s in candidates if s.name in allowed]
+    reservation = run.gate.begin_completion(run.ctx.origin, params.model, estimate=estimates.with_tools(counted, specs),
+                                            run=budget, purpose=f"agent:{params.profile}" if params.profile else None)
+    return specs, reservation
+
 
 async def relay_loop(run: EngineRun, backend: Backend, providers: Sequence[ToolSource]) -> None:
     """Drive ``run`` to the end (how it ends decides the terminal event: runtime/engine.py)."""
     cfg, params, ctx, state = run.config, run.params, run.ctx, run.state
     share = LoopShare(asyncio.get_running_loop())  # a long history's work is done in slices (issue 18)
-    # loaded once, the prompt appended and stored; every store and gate call of the loop runs on a store
-    # thread (runtime/offload.py): a locked budget row or database stalls this run, not the broker
-    history = await run.begin_async() if run.begin_async is not None else run.begin()
-    await share.checkpoint()
-    call_ids = CallIds(history_ids(history))
-    budget = await off_loop(run.gate.run_budget, ctx.origin)
-    # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
-    # refuses and audits anything outside the grant (SCOPE_EXCEEDED)
-    index = ToolIndex(providers, run.tool_ctx, allowed=params.tools)
+    # every store and gate call of the loop runs on a store thread (runtime/offload.py): a locked budget row or
+    # database stalls this run, not the broker. The first request was made ready in run.start's one store call
+    # (RelayLoopEngine.prepare: the history loaded once, the prompt appended and stored, the grant, the hold);
+    # each later one takes one store call of its own (the grant and the hold)
+    first: FirstRequest | None = await run.first() if run.first is not None else None
     max_tokens = params.max_tokens or cfg.max_tokens
-    estimates = ToolEstimates()
+    if first is not None:
+        history, budget, index, estimates = first.history, first.budget, first.index, first.estimates
+    else:  # an EngineRun without the manager's start (its begin, then the caps, each off the loop)
+        history = await run.begin_async() if run.begin_async is not None else run.begin()
+        await share.checkpoint()
+        budget = await off_loop(run.gate.run_budget, ctx.origin)
+        # the run's tools (its ``tools`` restriction applied); calls to these reach the gate, which
+        # refuses and audits anything outside the grant (SCOPE_EXCEEDED)
+        index, estimates = ToolIndex(providers, run.tool_ctx, allowed=params.tools), ToolEstimates()
+    call_ids = CallIds(history_ids(history))
     while True:
-        run.step()  # the step cap (BUDGET_EXCEEDED past it) and run.step; the gate counts it on the RunBudget
-        messages = prepare(history, result_budget=cfg.result_budget)
-        # the capability set: only what the grant allows now (re-read each step, so a grant
-        # narrowed or revoked mid-run shrinks the offer at the next request)
-        specs = await offered_off_loop(run.gate, ctx.origin, index)
-        # the whole request: system prompt, offered tools, history, and max_tokens (docs/gate.md §6)
-        estimate = await estimates.request(cfg.system_prompt, messages, specs, max_tokens, share)
+        if first is not None:
+            try:
+                run.step()  # the step cap (BUDGET_EXCEEDED past it) and run.step
+            except BaseException:
+                await off_loop(first.undo)  # never sent: the hold is released
+                raise
+            messages, specs, reservation, first = first.messages, first.specs, first.reservation, None
+        else:
+            run.step()  # the step cap (BUDGET_EXCEEDED past it) and run.step; the gate counts it on the RunBudget
+            messages = prepare(history, result_budget=cfg.result_budget)
+            # the whole request (docs/gate.md §6): the history's share here, sliced so the loop is shared (a
+            # long history is tens of ms of JSON); the offered tools' share once the grant is read, in the
+            # request's one store call with the reservation (a cancel meanwhile releases the hold: never sent)
+            counted = await estimates.messages(cfg.system_prompt, messages, max_tokens, share)
+            specs, reservation = await off_loop_or_undo(lambda r: r[1].release(), _reserve, run, index.specs(),
+                                                        estimates, counted, budget)
         await share.checkpoint()  # the backend's SDK then builds the whole request (all the history) at once
-        # a cancel while the hold is taken releases it (the request was never sent)
-        reservation = await off_loop_or_undo(
-            lambda r: r.release(), run.gate.begin_completion, ctx.origin, params.model, estimate=estimate,
-            run=budget, purpose=f"agent:{params.profile}" if params.profile else None)
         turn = state.current = TurnResult()
         coalescer = Coalescer(run.text, interval=cfg.coalesce_interval, max_chars=cfg.coalesce_chars)
         ended: BaseException | None = None
@@ -122,20 +181,6 @@ async def _save(run: EngineRun) -> None:
         await run.save_async()
     else:
         run.save()
-
-
-async def offered_off_loop(gate: Any, origin: str, index: ToolIndex) -> list[Any]:
-    """:func:`offered` with the grant read on a store thread."""
-    specs = index.specs()
-    allowed = set(await off_loop(gate.allowed_tools, origin, [s.name for s in specs]))
-    return [s for s in specs if s.name in allowed]
-
-
-def offered(gate: Any, origin: str, index: ToolIndex) -> list[Any]:
-    """The specs of ``index`` that the live grant of ``origin`` allows (none without a grant)."""
-    specs = index.specs()
-    allowed = set(gate.allowed_tools(origin, [s.name for s in specs]))
-    return [s for s in specs if s.name in allowed]
 
 
 async def schedule(run: EngineRun, index: ToolIndex) -> None:
@@ -202,11 +247,26 @@ class ToolEstimates:
         """The estimate, message by message: a long history's JSON is tens of ms of work (issue 18: the
         event loop held that long at every step of a 200-turn conversation), so with ``share`` the
         loop gets its turn between messages whenever the slice is used up."""
+        return self.with_tools(await self.messages(system, messages, max_tokens, share), specs)
+
+    async def messages(self, system: str, messages: Sequence[dict[str, Any]], max_tokens: int,
+                       share: LoopShare | None = None) -> RequestEstimate:
+        """The estimate without tools (:meth:`request`'s first part: the one that grows with the history)."""
         n = estimate_request(system, (), (), max_tokens).input_tokens
         for m in messages:
             n += estimate_request("", (m,), (), 0).input_tokens - REQUEST_OVERHEAD
             if share is not None:
                 await share.checkpoint()
-        if specs:
-            n += sum(self.tool(s) for s in specs) + TOOLS_PROMPT_OVERHEAD
         return RequestEstimate(input_tokens=n, max_output=max_tokens)
+
+    def count(self, system: str, messages: Sequence[dict[str, Any]], max_tokens: int) -> RequestEstimate:
+        """:meth:`messages` at once (on a store thread, where no loop waits for it)."""
+        return RequestEstimate(input_tokens=estimate_request(system, messages, (), max_tokens).input_tokens,
+                               max_output=max_tokens)
+
+    def with_tools(self, counted: RequestEstimate, specs: Sequence[ToolSpec]) -> RequestEstimate:
+        """``counted`` (from :meth:`messages`) with the offered tools' share added (each computed once)."""
+        if not specs:
+            return counted
+        n = counted.input_tokens + sum(self.tool(s) for s in specs) + TOOLS_PROMPT_OVERHEAD
+        return RequestEstimate(input_tokens=n, max_output=counted.max_output)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ...protocol.models_control import BudgetGetResult, OriginParams
 from ...protocol.names import Method
+from ...runtime.offload import off_loop
 from ._access import NOTEBOOK, Namespace, Request
 
 __all__ = ["ACCESS", "rpc"]
@@ -19,4 +20,6 @@ rpc = Namespace(ACCESS, "budget")
             doc="Today's usage and limits (tokens, cost, reservations, rate) of the caller's origin.")
 async def budget_get(req: Request, params: OriginParams) -> BudgetGetResult:
     origin = req.target
-    return BudgetGetResult(origin=origin, usage=req.broker.ledger.usage(origin, req.broker.grants.get(origin)))
+    grant = req.broker.grants.get(origin)
+    # the ledger's read on a store thread (runtime/offload.py): PostgreSQL's, or a SQLite store whose reader waits
+    return BudgetGetResult(origin=origin, usage=await off_loop(req.broker.ledger.usage, origin, grant))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.errors import Code, RoutingRefusal
+from ...runtime.offload import off_loop
 from ...protocol.models_runs import (
     ConversationsDeleteParams,
     ConversationsDeleteResult,
@@ -45,23 +46,22 @@ def _public(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "conv_id": conversation_name(row.get("conv_id", ""), row.get("origin"))}
 
 
-def _owned(req: Request, conversation: str) -> tuple[str, dict[str, Any]]:
-    """(key, row) of the call's conversation, to change it: NOT_FOUND for anything else, CONFLICT while a
-    run is using it."""
-    origin = req.target
-    key = conversation_key(origin, conversation)
+def _owned(req: Request, conversation: str, key: str) -> dict[str, Any]:
+    """The stored row of the call's conversation, to change it (called on a store thread while the
+    conversation is claimed): NOT_FOUND for anything else."""
     row = _runtime(req).conversations.load_conversation(key)
-    if row is None or row.get("origin") != origin:
+    if row is None or row.get("origin") != req.target:
         raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {conversation}")
-    if _runtime(req).busy(key):
-        raise RoutingRefusal(Code.CONFLICT, "this conversation has a running agent; cancel it first")
-    return key, row
+    return row
+
+
+_BUSY = "this conversation has a running agent; cancel it first"
 
 
 @rpc.method(Method.CONVERSATIONS_LIST, ConversationsListParams, ConversationsListResult, scope=Scope.ANY,
             doc="Conversations of the caller's origin (browser: all, or the named origin), newest first.")
 async def conversations_list(req: Request, params: ConversationsListParams) -> ConversationsListResult:
-    rows = req.keep(_runtime(req).conversations.list_conversations(req.origin))
+    rows = req.keep(await off_loop(_runtime(req).conversations.list_conversations, req.origin))
     # the endpoints' stored session histories share the table (broker/sessions.py): not chats
     return ConversationsListResult(conversations=[_public(row) for row in rows if not is_session_row(row)])
 
@@ -69,11 +69,20 @@ async def conversations_list(req: Request, params: ConversationsListParams) -> C
 @rpc.method(Method.CONVERSATIONS_FORK, ConversationsForkParams, ConversationsForkResult,
             doc="Drop turn at_turn and every later one (re-running an earlier cell replaces its turn).")
 async def conversations_fork(req: Request, params: ConversationsForkParams) -> ConversationsForkResult:
-    key, row = _owned(req, params.conversation)
-    messages = list(row.get("messages") or [])
-    kept = fork_history(messages, params.at_turn)
-    _runtime(req).conversations.save_conversation(key, row["origin"], row.get("name", ""), kept,
-                                                  row.get("meta") or {})
+    key = conversation_key(req.target, params.conversation)
+
+    def fork() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        row = _owned(req, params.conversation, key)
+        messages = list(row.get("messages") or [])
+        kept = fork_history(messages, params.at_turn)
+        _runtime(req).conversations.save_conversation(key, row["origin"], row.get("name", ""), kept,
+                                                      row.get("meta") or {})
+        return messages, kept
+
+    # the load and the rewrite on a store thread (runtime/offload.py), the conversation claimed meanwhile:
+    # a run.start in between is CONFLICT, as one before would be
+    with _runtime(req).claim(key, _BUSY):
+        messages, kept = await off_loop(fork)
     return ConversationsForkResult(conversation=params.conversation, removed_messages=len(messages) - len(kept),
                                    turns=next_turn(kept))
 
@@ -81,8 +90,14 @@ async def conversations_fork(req: Request, params: ConversationsForkParams) -> C
 @rpc.method(Method.CONVERSATIONS_DELETE, ConversationsDeleteParams, ConversationsDeleteResult,
             doc="Delete a conversation and its scratch workspace.")
 async def conversations_delete(req: Request, params: ConversationsDeleteParams) -> ConversationsDeleteResult:
-    key, _ = _owned(req, params.conversation)
-    deleted = _runtime(req).conversations.delete_conversation(key)
+    key = conversation_key(req.target, params.conversation)
+
+    def delete() -> bool:
+        _owned(req, params.conversation, key)
+        return bool(_runtime(req).conversations.delete_conversation(key))
+
+    with _runtime(req).claim(key, _BUSY):
+        deleted = await off_loop(delete)
     ws = req.broker.workspace_tools
     ws_deleted = bool(ws.delete_conversation(key)) if ws is not None else False
     return ConversationsDeleteResult(deleted=deleted, workspace_deleted=ws_deleted)

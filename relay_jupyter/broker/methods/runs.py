@@ -14,7 +14,7 @@ caller's own origin; ``all: true``, browser sessions only, every origin).
 from __future__ import annotations
 
 from ...backends.registry import spec as backend_spec
-from ...core.errors import Code, ConfigRefusal, GateRefusal, RoutingRefusal
+from ...core.errors import Code, ConfigRefusal, GateRefusal
 from ...core.types import PermissionMode
 from ...protocol.models_control import (
     CancelledResult,
@@ -29,6 +29,7 @@ from ...protocol.models_control import (
 from ...protocol.models_runs import RunCancelParams, RunCancelResult, RunStartParams, RunStartResult
 from ...protocol.names import Method
 from ...runtime.manager import RunContext, RunManager, RunParams
+from ...runtime.offload import off_loop
 from ..conversation_keys import conversation_key
 from ._access import RUNS, Namespace, Request, Scope
 
@@ -50,11 +51,8 @@ async def run_start(req: Request, params: RunStartParams) -> RunStartResult:
     broker, caller, origin = req.broker, req.caller, req.target
     runs = _runtime(req)
     key = conversation_key(origin, params.conversation)
-    # the owner check without loading the history: the run loads it once, when it starts (issue 18)
-    existing = runs.conversations.conversation_origin(key)
-    if existing is not None and existing != origin:
-        # a conversation id of another notebook: same answer as a busy one would leak it, so refuse plainly
-        raise RoutingRefusal(Code.NOT_FOUND, f"no conversation {params.conversation} for this notebook")
+    # the conversation's owner is checked by RunManager.start, in its one store call off the event loop (it
+    # loads the history the run needs first anyway): a conversation of another notebook is NOT_FOUND
     policy = broker.grants.policy  # the admin policy's run modes (core/admin_policy.py)
     refused = policy.refusal(params.mode) if policy is not None else None
     if refused is not None:
@@ -98,13 +96,14 @@ async def run_cancel(req: Request, params: RunCancelParams) -> RunCancelResult:
             doc="Runs from the journal, newest first: a kernel sees its own origin's.")
 async def runs_list(req: Request, params: RunsListParams) -> RunsListResult:
     prefix = req.prefix(params.origin_prefix)  # in the store: the limit counts matching runs only
-    rows = req.keep(req.broker.store.list_runs(origin=req.origin, limit=params.limit, origin_prefix=prefix))
+    rows = req.keep(await off_loop(req.broker.store.list_runs, origin=req.origin, limit=params.limit,
+                                   origin_prefix=prefix))
     return RunsListResult(runs=rows[:params.limit])  # newest first
 
 
 @rpc.method(Method.RUNS_GET, RunsGetParams, RunsGetResult, scope=Scope.ANY, doc="One run with its calls.")
 async def runs_get(req: Request, params: RunsGetParams) -> RunsGetResult:
-    return RunsGetResult(run=ACCESS.run(req, params.run_id))
+    return RunsGetResult(run=await off_loop(ACCESS.run, req, params.run_id))
 
 
 @rpc.method(Method.RUNS_CANCEL, RunsCancelParams, CancelledResult, scope=Scope.ANY,
