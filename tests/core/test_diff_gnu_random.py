@@ -4,11 +4,13 @@ Files over ``EXACT_LIMIT`` are diffed from the edit windows; GNU's choice among 
 can depend on lines far away (its confusing-lines pass counts repeats over the whole region), so
 these cases are built from a handful of lines repeated tens of thousands of times, with edits close
 to each other, far apart, and ``replace_all``. ``python -m tests.core.test_diff_gnu_random N`` runs
-a longer search from the command line; the ``slow`` test runs a few hundred cases.
+a longer search from the command line; the ``slow`` tests run a few hundred cases (under CI a random
+share of them: :func:`generous_seeds`).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -112,6 +114,23 @@ def check_seed(tmp: Path, seed: int) -> None:
     assert got == gnu(tmp, old, new), f"seed {seed}: spans {spans}"
 
 
+def generous_seeds(name: str, groups: list[tuple[list[int], int]]) -> list[int]:
+    """The seeds of a generous run: all of them, or under CI (``CI`` set, as ``.ci/run`` does) ``k`` seeds
+    drawn at random from each group of ``(seeds, k)``, a new draw every run. Every seed of these ranges
+    passed when it was added, so over its runs CI still tries them all, at a fraction of the time of each
+    run. The draw is printed (pytest shows it with a failure); ``RELAY_DIFF_SAMPLE=<n>`` repeats draw
+    ``n``, ``RELAY_DIFF_SAMPLE=all`` runs every seed."""
+    pick = os.environ.get("RELAY_DIFF_SAMPLE") or ("" if os.environ.get("CI") else "all")
+    if pick == "all":
+        return sorted(s for seeds, _ in groups for s in seeds)
+    if not pick:
+        pick = str(random.SystemRandom().randrange(1 << 32))  # not the global generator: tests may seed it
+    rng = random.Random(int(pick))
+    chosen = sorted(s for seeds, k in groups for s in rng.sample(seeds, k))
+    print(f"{name}: RELAY_DIFF_SAMPLE={pick} drew {len(chosen)} seeds: {chosen}", flush=True)
+    return chosen
+
+
 # Seeds 12, 14 and 18 were mismatches of the first windowed version (a run of discards through
 # repeated lines reached the next window); 0..11 cover the four shapes and replace_all.
 @pytest.mark.parametrize("seed", [12, 14, 18, *range(8)])
@@ -121,8 +140,26 @@ def test_windowed_diff_of_repetitive_files_is_gnu(tmp_path: Path, seed: int) -> 
 
 @pytest.mark.slow
 def test_windowed_diff_generous_random_run(tmp_path: Path) -> None:
-    for seed in range(1000, 1300):
+    # under CI: 12 of the 60 replace_all seeds (3/4 of the run's time) and 80 of the 240 others
+    seeds = range(1000, 1300)
+    for seed in generous_seeds("windowed", [([s for s in seeds if s % 5 == 4], 12),
+                                            ([s for s in seeds if s % 5 != 4], 80)]):
         check_seed(tmp_path, seed)
+
+
+def test_generous_seeds_draws_from_each_group_and_repeats_a_printed_draw(monkeypatch, capsys) -> None:
+    groups = [(list(range(0, 50, 5)), 3), ([s for s in range(50) if s % 5], 7)]
+    monkeypatch.delenv("RELAY_DIFF_SAMPLE", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    assert generous_seeds("t", groups) == list(range(50))  # outside CI: every seed
+    monkeypatch.setenv("CI", "true")
+    drawn = generous_seeds("t", groups)
+    assert len(set(drawn)) == 10 and sum(s % 5 == 0 for s in drawn) == 3
+    pick = capsys.readouterr().out.split("RELAY_DIFF_SAMPLE=")[1].split(" drew")[0]
+    monkeypatch.setenv("RELAY_DIFF_SAMPLE", pick)
+    assert generous_seeds("t", groups) == drawn  # the printed draw repeats
+    monkeypatch.setenv("RELAY_DIFF_SAMPLE", "all")
+    assert generous_seeds("t", groups) == list(range(50))
 
 
 def test_crossing_runs_cancel_matches_the_definition() -> None:
@@ -248,5 +285,5 @@ def test_whole_file_diff_of_large_repetitive_files_is_gnu(tmp_path: Path, seed: 
 
 @pytest.mark.slow
 def test_whole_file_diff_generous_random_run(tmp_path: Path) -> None:
-    for seed in range(100, 250):
+    for seed in generous_seeds("whole file", [(list(range(100, 250)), 50)]):  # under CI: 50 of the 150
         check_whole_seed(tmp_path, seed)
