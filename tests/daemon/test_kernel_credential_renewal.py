@@ -101,3 +101,28 @@ def test_a_kernel_without_a_notebook_path_cannot_carry_its_grant_over_a_rotation
         if km is not None:
             km.shutdown_kernel(now=True)
         daemon.stop()
+
+
+def test_a_running_kernel_picks_up_a_rotated_tcp_token_from_the_token_file(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path, "--listen", "tcp://127.0.0.1:0")
+    km = kc = None
+    try:
+        origin = "daemon:kernel:daily.ipynb"
+        assert run_cli(tmp_path, "grants", "add", origin, "--tools", "list_variables", "--models", "*").returncode == 0
+        env = _kernel_env(tmp_path, daemon, RELAY_NOTEBOOK="daily.ipynb")
+        env["RELAY_URL"] = f"http://127.0.0.1:{daemon.port}/relay/"  # the token comes from the daemon's token file
+        km, kc = start_new_kernel(kernel_name="python3", startup_timeout=120, env=env)
+        assert "[demo]" in _run(kc, "%load_ext relay_jupyter\n") + _run(kc, "%%agent\nhello")
+        old = daemon.token()
+
+        assert run_cli(tmp_path, "token", "rotate").returncode == 0
+        assert daemon.token() != old
+        again = _run(kc, "%%agent\nhello again")
+        assert "[demo]" in again and "refused" not in again, again
+        assert _registrations(daemon, origin) == 2  # registered again with the token read from the file
+    finally:
+        if kc is not None:
+            kc.stop_channels()
+        if km is not None:
+            km.shutdown_kernel(now=True)
+        daemon.stop()
