@@ -540,9 +540,15 @@ class OpenRequests:
         return {c for h in self._open if isinstance(h, ModelEndpoint) and (c := self._client(h)) is not None}
 
     def close(self, client_id: str) -> int:
-        """Close the connections of every open request of ``client_id``; returns how many."""
+        """Close the connections of the open model requests and event streams of ``client_id`` (an RPC still open,
+        such as a ``tools.call`` waiting on its card, gets its answer instead: the card was withdrawn); returns how
+        many."""
+        from .model_endpoint import ModelEndpoint
+        from .plain import PlainEventsHandler
+
         closed = 0
-        for handler in [h for h in self._open if self._client(h) == client_id]:
+        for handler in [h for h in self._open if self._client(h) == client_id
+                        and isinstance(h, ModelEndpoint | PlainEventsHandler)]:
             self._open.discard(handler)
             connection = handler.request.connection
             if connection is not None:

@@ -485,10 +485,12 @@ def _a_named_servers_clients_end_with_it_while_her_default_server_runs(hub: Hub,
     """Named servers (docs/multi-user.md, "Kernel lifetime on a hub"): while alice's default server runs, a kernel
     client holding her named server ``gpu``'s token (what that server's ``$JUPYTERHUB_API_TOKEN`` holds with
     ``c.Spawner.server_token_scopes`` = ``access:servers!server``: ``access:servers!server=<user>/gpu``; the hub lists
-    no such server, as after it was killed) has its run cancelled and its card withdrawn at the service's next check
-    (never seen while its server was there: before, her default server kept every client of hers and the card waited
-    the consent timeout), and that kernel instance is refused after, on the RPC and on the SDK endpoint (410). A
-    client with her default server's token, whose card was pending first, keeps it."""
+    no such server, as after it was killed) has its card (a direct ``tools.call`` of ``run_code``) withdrawn at the
+    service's next check (never seen while its server was there: before, her default server kept every client of hers
+    and the card waited the consent timeout), and that kernel instance is refused after, on the RPC and on the SDK
+    endpoint (410). A client with her default server's token, whose run's card was pending first, keeps it."""
+    import threading
+
     tokens = {"main": hub.token(ALICE, [ACCESS, f"access:servers!server={ALICE}/"]),
               "gpu": hub.token(ALICE, [ACCESS, f"access:servers!server={ALICE}/gpu"])}
     inst = {"main": "00000000000000aa", "gpu": "00000000000000bb"}
@@ -501,31 +503,48 @@ def _a_named_servers_clients_end_with_it_while_her_default_server_runs(hub: Hub,
     def rpc(name: str, method: str, params: dict | None = None) -> tuple[int, dict]:
         return call(name, "rpc", {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}})
 
-    cards = {}
     for name in ("main", "gpu"):
         status, reply = rpc(name, "grants.create", {"tools": ["*"], "models": ["*"]})
         assert status == 200 and "result" in reply, reply
-        before = pending()
-        fake.enqueue(Reply(text("I will write."), tool_use("run_code", {"code": f"open('{name}.txt', 'w')"})))
-        status, reply = rpc(name, "run.start", {"conversation": "named", "prompt": f"write {name}.txt"})
-        assert status == 200 and "result" in reply, reply
-        [cards[name]] = wait(f"no card from the {name} client", lambda: [r for i, r in pending().items()
-                                                                         if i not in before])
-        assert cards[name]["originator"] == f"user:{ALICE}/kernel:{name}.ipynb#{inst[name]}", cards[name]
-    run = lambda name: _panel(hub, panel_token, "runs.get", {"run_id": cards[name]["run_id"]})["result"]["run"]  # noqa: E731
-    wait("the gone named server's client's run was not cancelled", lambda: run("gpu")["state"] == "cancelled", 60,
-         describe=lambda: f"run {run('gpu')}")
+    # the default server's client: a run waiting on its card
+    before = pending()
+    fake.enqueue(Reply(text("I will write."), tool_use("run_code", {"code": "open('main.txt', 'w')"})))
+    status, reply = rpc("main", "run.start", {"conversation": "named", "prompt": "write main.txt"})
+    assert status == 200 and "result" in reply, reply
+    [card] = wait("no card from the main client", lambda: [r for i, r in pending().items() if i not in before])
+    assert card["originator"] == f"user:{ALICE}/kernel:main.ipynb#{inst['main']}", card
+    # the gone server's client: a direct call waiting on its card (live only once the card is there, so no check can
+    # end it before; a run could be ended before its model asked, which is a race a test must not have)
+    answer: dict = {}
+
+    def gpu_call() -> None:
+        try:
+            answer["reply"] = rpc("gpu", "tools.call", {"conversation": "named", "tool": "run_code",
+                                                        "arguments": {"code": "open('gpu.txt', 'w')"}})
+        except Exception as exc:  # the failure message below, not a stray thread's warning
+            answer["error"] = repr(exc)[:2000]
+
+    call_gpu = threading.Thread(target=gpu_call, daemon=True)
+    call_gpu.start()
+    call_gpu.join(60)
+    assert not call_gpu.is_alive(), "the gone named server's client's card was not withdrawn"
+    assert "reply" in answer, answer
+    status, reply = answer["reply"]
+    assert status == 200 and "lost its server" in json.dumps(reply), reply
+    gpu_id = f"user:{ALICE}/kernel:gpu.ipynb#{inst['gpu']}"
+    assert not [r for r in pending().values() if r["originator"] == gpu_id]
     # the same sweep kept the default server's client (both were live in it: one hub call for her)
-    assert cards["gpu"]["request_id"] not in pending() and cards["main"]["request_id"] in pending()
-    assert run("main")["state"] == "running"
+    assert card["request_id"] in pending()
+    assert _panel(hub, panel_token, "runs.get", {"run_id": card["run_id"]})["result"]["run"]["state"] == "running"
     status, reply = rpc("gpu", "permission.pending")
     assert status == 410 and "server is gone" in reply["message"], (status, reply)
     status, reply = call("gpu", "anthropic/v1/messages", {"model": "claude-test-1", "max_tokens": 10,
                                                           "messages": [{"role": "user", "content": "hi"}]})
     assert status == 410, (status, reply)
-    status, reply = rpc("main", "run.cancel", {"run_id": cards["main"]["run_id"]})
+    status, reply = rpc("main", "run.cancel", {"run_id": card["run_id"]})
     assert status == 200 and reply["result"]["cancelled"], reply
-    wait("the default server's client's card stayed", lambda: cards["main"]["request_id"] not in pending(), 30)
+    wait("the default server's client's card stayed", lambda: card["request_id"] not in pending(), 30)
+    assert not (Path(f"/home/{ALICE}") / "gpu.txt").exists()
 
 
 def test_a_kernels_end_withdraws_its_own_runs_anonymous_shared_name_and_killed_server(hub, tokens, fake) -> None:
