@@ -63,6 +63,7 @@ from ..core.types import ToolClass, ToolSpec, Usage
 from ..protocol.names import EventType
 from ..runtime.driver import Coalescer
 from ..runtime.engine import EngineRun
+from ..runtime.offload import off_loop, off_loop_or_undo
 from ..runtime.tools import Preflight, ToolContext, ToolIndex, ToolResult
 
 __all__ = ["BUILTIN_TOOLS", "ClaudeCodeEngine", "classify", "kill_session"]
@@ -648,16 +649,17 @@ class ClaudeCodeEngine:
         cap = grant.budget.max_tokens_per_run if grant is not None else None
         tokens = int(self.options.get("run_reservation_tokens") or cap or OWN_LOGIN_RESERVATION)
         # refused here (no grant, model outside it, a spent day budget): the run ends before the CLI starts
-        reservation = run.gate.begin_completion(run.ctx.origin, run.params.model, estimated_tokens=tokens,
-                                                purpose="claude-code-login")
+        # on a store thread (runtime/offload.py): a locked budget row stalls this run, not the broker
+        reservation = await off_loop_or_undo(lambda r: r.release(), run.gate.begin_completion, run.ctx.origin,
+                                             run.params.model, estimated_tokens=tokens, purpose="claude-code-login")
         session = _OwnLogin(token=token, base_url=base_url, reserved=tokens)
         try:
             yield session
         finally:
             if session.usage is not None:
-                run.gate.settle_completion(reservation, run.params.model, session.usage)
+                await off_loop(run.gate.settle_completion, reservation, run.params.model, session.usage)
             else:  # cancelled or failed before a result: the whole reservation, as for a cut request
-                run.gate.settle_completion(reservation, run.params.model, None, outcome="cut")
+                await off_loop(run.gate.settle_completion, reservation, run.params.model, None, outcome="cut")
 
     @contextlib.asynccontextmanager
     async def _mcp_session(self, run: EngineRun) -> Any:
