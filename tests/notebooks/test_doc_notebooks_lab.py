@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .test_main_job import ARTIFACTS, REPO, TOKEN, lab_page, wait_for_kernel  # noqa: F401 - the fixture
+from .test_main_job import ARTIFACTS, REPO, TOKEN, jp_asyncio_loop, jp_server_cleanup, lab_page, lab_server, wait_for_kernel  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ def _copy(lab: Any, name: str) -> list[dict[str, Any]]:
 
 
 def _open(lab: Any, page: Any, name: str) -> None:
-    page.goto(f"{lab.url}lab/tree/{name}?token={TOKEN}")
+    page.goto(f"{lab.url}lab/workspaces/{name.removesuffix('.ipynb')}/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     wait_for_kernel(page)
 

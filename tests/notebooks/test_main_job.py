@@ -115,19 +115,47 @@ class Lab:
         self.log.close()
 
 
-@pytest.fixture
-def lab_page(tmp_path: Path) -> Iterator[tuple[Lab, Any]]:
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop() -> Iterator[None]:
+    """Replaces pytest-jupyter's autouse loop fixture (import it with ``lab_page``): per test it would close the
+    event loop sync Playwright runs in this thread, which the module's browser outlives (as tests/kernel/browser_rig)."""
+    yield None
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup() -> Iterator[None]:
+    """pytest-jupyter's cleanup of its in-process server, which these tests do not start."""
+    yield None
+
+
+@pytest.fixture(scope="module")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Any]]:
+    """One ``make lab`` JupyterLab and one Chromium per module (import it with ``lab_page``): a JupyterLab start is
+    most of a test's time here (each test had its own before: test_panel_live's four started four)."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian chromium is not installed (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with Lab(tmp_path) as lab, sync_playwright() as pw:
+    with Lab(tmp_path_factory.mktemp("lab")) as lab, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
-            yield lab, browser.new_page(viewport={"width": 1400, "height": 1000})
+            yield lab, browser
         finally:
             browser.close()
+
+
+@pytest.fixture
+def lab_page(lab_server: tuple[Lab, Any]) -> Iterator[tuple[Lab, Any]]:
+    """The module's JupyterLab and a fresh page (its own browser context) for one test. A test that opens a
+    notebook uses a workspace of its own (``lab/workspaces/<name>/tree/...?reset``): the default workspace would
+    restore the notebooks of the tests before it."""
+    lab, browser = lab_server
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        yield lab, context.new_page()
+    finally:
+        context.close()
 
 
 def wait_for_kernel(page: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .test_main_job import ARTIFACTS, TOKEN, lab_page, open_relay_panel, wait_for_kernel  # noqa: F401 - the fixture
+from .test_main_job import ARTIFACTS, TOKEN, jp_asyncio_loop, jp_server_cleanup, lab_page, lab_server, open_relay_panel, wait_for_kernel  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,7 +33,8 @@ def _open_panel_and_run(lab: Any, page: Any, name: str) -> Any:
     """Open ``name`` with the relay panel showing, run its three cells, return the panel once the push card
     is in it (learned from the live stream: no Refresh click anywhere)."""
     _notebook(lab.root / name)
-    page.goto(f"{lab.url}lab/tree/{name}?token={TOKEN}")
+    (lab.root / "clean.py").unlink(missing_ok=True)  # the module's JupyterLab: a test before may have pushed it
+    page.goto(f"{lab.url}lab/workspaces/{name.removesuffix('.ipynb')}/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     # open the panel first: it must learn of the request from the live stream, not from a later refresh
     panel = open_relay_panel(page)
