@@ -358,7 +358,11 @@ class RunManager:
         self.kill()
         if runs:
             await asyncio.gather(*(r.task for r in runs), return_exceptions=True)
-            await asyncio.gather(*(r.ended.wait() for r in runs))
+            # a run cancelled before its first step ends once its first store work has (bounded: shutdown goes on)
+            ends = [asyncio.ensure_future(r.ended.wait()) for r in runs]
+            _, late = await asyncio.wait(ends, timeout=30)
+            for waiting in late:
+                waiting.cancel()
 
     async def execute_client_call(self, ctx: ToolContext, tool: str, arguments: Any) -> ToolResult:
         """``tools.call``: a client-initiated call through the same executor and gate."""
@@ -505,8 +509,12 @@ class RunManager:
             undo = getattr(value, "undo", None)
             if undo is None:
                 close()
-            else:  # released before the run's end is recorded (a panel reading the budget then sees no hold)
+                return
+            try:  # released before the run's end is recorded (a panel reading the budget then sees no hold)
                 submit(undo).add_done_callback(close)
+            except RuntimeError:  # no store thread to be had (the loop is closing): the run still ends once
+                log.error("run %s: its first request's hold could not be released", run.run_id)
+                close()
 
         if future.done():
             after(future)
