@@ -92,3 +92,20 @@ def _has_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+async def test_another_notebooks_conversation_is_not_found_and_nothing_is_journalled(fake, backend_name):
+    """The owner check runs in run.start's one store call, before the journal row (moved from the RPC handler)."""
+    from relay_jupyter.core.errors import Code, RoutingRefusal
+
+    rig = make_rig(backend_name, fake)
+    rig.conversations.save_conversation("conv-theirs", "notebook:other.ipynb", "theirs",
+                                        [{"role": "user", "content": "secret", "turn": 0}], {})
+    with pytest.raises(RoutingRefusal) as info:
+        await rig.manager.start(rig.ctx("conv-theirs"), rig.params("go"))
+    assert info.value.code is Code.NOT_FOUND and "secret" not in info.value.message
+    assert rig.journal.list_runs() == [] and rig.manager.active_runs() == [] and not rig.manager.busy("conv-theirs")
+    assert fake.requests == [] and rig.events.events == []
+    # the notebook's own conversation of that name still runs
+    run_id, terminal = await rig.run("go")
+    assert terminal == "run.done"
