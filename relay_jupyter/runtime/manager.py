@@ -242,7 +242,11 @@ class RunManager:
         erun = self._engine_run(run)
         # the engine's first store work (runtime/engine.py ``RunEngine.prepare``; the relay loop: the prompt's save,
         # the grant, the first request's reservation), built here on the loop, run in the same store call
-        work = engine.prepare(erun) if callable(getattr(engine, "prepare", None)) else None
+        try:
+            work = engine.prepare(erun) if callable(getattr(engine, "prepare", None)) else None
+        except Exception as exc:  # noqa: BLE001 - e.g. a tool source failing to list: the run ends with it, once
+            failed = _Failed(exc)
+            work = lambda: failed  # noqa: E731
         loop = asyncio.get_running_loop()
         journalled: asyncio.Future[None] = loop.create_future()
 

@@ -109,3 +109,21 @@ async def test_another_notebooks_conversation_is_not_found_and_nothing_is_journa
     # the notebook's own conversation of that name still runs
     run_id, terminal = await rig.run("go")
     assert terminal == "run.done"
+
+
+async def test_a_tool_source_failing_at_start_ends_the_run_once_and_frees_the_conversation(fake, backend_name):
+    """The first request's tool list is read when run.start readies it: a source that raises there ends the run
+    with one run.error (INTERNAL: a bug of that source), and the conversation is not left busy."""
+
+    class Broken:
+        def tool_specs(self, ctx):
+            raise RuntimeError("this source is broken")
+
+    rig = make_rig(backend_name, fake)
+    rig.manager.providers = [Broken(), *rig.manager.providers]
+    run_id, terminal = await rig.run("go")
+    assert terminal == "run.error"
+    assert rig.events.of("run.error", run_id)[0]["code"] == "INTERNAL"
+    assert sum(t in TERMINAL_EVENTS for t in rig.events.types(run_id)) == 1
+    assert fake.requests == [] and not rig.manager.busy("conv-1")
+    assert rig.journal.get_run(run_id)["state"] == "error"
