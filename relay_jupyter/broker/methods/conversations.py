@@ -96,8 +96,8 @@ async def conversations_delete(req: Request, params: ConversationsDeleteParams) 
         _owned(req, params.conversation, key)
         return bool(_runtime(req).conversations.delete_conversation(key))
 
-    with _runtime(req).claim(key, _BUSY):
-        deleted = await off_loop(delete)
     ws = req.broker.workspace_tools
-    ws_deleted = bool(ws.delete_conversation(key)) if ws is not None else False
+    with _runtime(req).claim(key, _BUSY):  # the workspace too: a run started in between would lose its files
+        deleted = await off_loop(delete)
+        ws_deleted = bool(ws.delete_conversation(key)) if ws is not None else False
     return ConversationsDeleteResult(deleted=deleted, workspace_deleted=ws_deleted)
