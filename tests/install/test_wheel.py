@@ -75,8 +75,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "v"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    done = _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel), "jupyterlab>=4.6,<5"], timeout=1200)
+    # no pip of its own (ensurepip cost ~7 s here): this pip installs into it (pip --python), as test_minimums does
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    done = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                 "--disable-pip-version-check", str(wheel), "jupyterlab>=4.6,<5"], timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     return venv
 
