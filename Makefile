@@ -85,7 +85,8 @@ CLAUDE_CODE_TESTS = tests/runtime/test_claude_code_engine.py tests/runtime/test_
 	tests/runtime/test_claude_code_crash.py tests/runtime/test_claude_code_history.py tests/runtime/test_claude_code_mcp.py \
 	tests/runtime/test_claude_code_login.py tests/runtime/test_claude_code_token_cap.py tests/runtime/test_claude_code_profile.py \
 	tests/kernel/test_claude_code_kernel.py tests/kernel/test_claude_code_browser.py tests/kernel/test_claude_cli_endpoint.py \
-	tests/kernel/test_claude_cli_lineage.py tests/mcp/test_mcp_gateway_claude_cli.py tests/runtime/test_claude_code_kernel_tools.py
+	tests/kernel/test_claude_cli_lineage.py tests/mcp/test_mcp_gateway_claude_cli.py tests/runtime/test_claude_code_kernel_tools.py \
+	tests/hub/test_hub_claude_cli.py
 test-claude-code: install-peer
 	unshare -n sh -c 'ip link set lo up && $(BIN)/pytest -q -p no:cacheprovider -m peer $(CLAUDE_CODE_TESTS)'
 

@@ -118,6 +118,14 @@ def claude_env(endpoint: Any, base: dict[str, str] | None = None) -> dict[str, s
     for name in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         env.pop(name, None)
     env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key, **_QUIET)
-    if "X-Relay-Kernel" in headers:  # the CLI's extra request headers: the daemon knows this notebook's origin
-        env["ANTHROPIC_CUSTOM_HEADERS"] = f"X-Relay-Kernel: {headers['X-Relay-Kernel']}"
+    # the CLI's extra request headers (``ANTHROPIC_CUSTOM_HEADERS``: ``Name: Value`` lines, code.claude.com env-vars):
+    # the same ones the SDK clients send, so the CLI's requests are this kernel's — its credential (the daemon's
+    # origin), its client name (the hub service's origin) and its instance id (the hub service ends them with it)
+    for name, value in headers.items():
+        if not value.isprintable():  # a newline would add a header of its own to every request: refuse, one line
+            raise AgentError(f"relay.claude_env(): the {name} header this kernel would send is not one printable line")
+    ours = {name.lower() for name in headers}  # inherited lines (e.g. X-Relay-Profile) stay, unless they name ours
+    kept = [line for line in env.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines()
+            if line.strip() and line.partition(":")[0].strip().lower() not in ours]
+    env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join([f"{name}: {value}" for name, value in headers.items()] + kept)
     return env
