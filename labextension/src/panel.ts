@@ -211,8 +211,6 @@ export class RelayPanel extends Widget {
     this.sessionsTimer = window.setInterval(() => {
       if (this.isVisible) {
         void this.refreshSessions();
-        // a sign-in started from a cell (relay.sign_in) sends no event yet (docs/panel.md): looked at again here
-        void this.signIns.refresh();
       }
     }, SESSIONS_POLL_MS);
     await this.refresh();
@@ -227,6 +225,10 @@ export class RelayPanel extends Widget {
       this.pending.delete(event.data.request_id);
       this.inFlight?.resolved.add(event.data.request_id);
       this.renderApprovals();
+    } else if (event.type === 'mcp.sign_in_changed') {
+      // a sign-in started or ended (from a cell's relay.sign_in too): the section reads mcp.sign_ins again (the
+      // event carries only {server, state}; the link comes from that authenticated call)
+      void this.signIns.refresh();
     } else if (REFRESH_ON.has(event.type)) {
       this.scheduleRefresh();
     }

@@ -10,6 +10,7 @@ loopback redirect of its own (``cli/mcp_signin.py``); ``mcp.sign_in`` is refused
 
 from __future__ import annotations
 
+import logging
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
 # mcp.signin imports the MCP SDK (about 1.3 s of CPU): imported by enable_mcp_sign_in, once a broker has an MCP
 # registry, not by every broker start (broker/methods/mcp.py imports this module; issue 19 "Daemon start")
 
-__all__ = ["DAEMON_HOW_TO", "enable_daemon_mcp_sign_in", "enable_mcp_sign_in", "oauth_dir", "sign_in_of"]
+__all__ = ["DAEMON_HOW_TO", "announce_sign_in", "enable_daemon_mcp_sign_in", "enable_mcp_sign_in", "oauth_dir",
+           "sign_in_changed", "sign_in_of"]
+
+log = logging.getLogger(__name__)
 
 #: What a "needs sign-in" message on the daemon tells the user to do.
 DAEMON_HOW_TO = "sign in at a terminal with: jupyter relay mcp-signin {name}"
@@ -65,3 +69,40 @@ def enable_daemon_mcp_sign_in(broker: Broker) -> BrokerSignIn | None:
     """The daemon's part: use the tokens ``jupyter relay mcp-signin`` stored (no sign-in of its own; the redirect
     URI is only the placeholder a background connect would register with)."""
     return enable_mcp_sign_in(broker, "http://127.0.0.1/relay-mcp-signin", interactive=False, how_to=DAEMON_HOW_TO)
+
+
+def sign_in_changed(broker: Broker, server: str, state: str, origin: str | None) -> None:
+    """One ``mcp.sign_in_changed {server, state}`` (see :func:`announce_sign_in`); ``signed_out`` after
+    ``mcp.sign_out``. Never raises: a failing event store is logged."""
+    from ..protocol.names import EventType
+
+    try:
+        broker.events.append(EventType.MCP_SIGN_IN_CHANGED, {"server": server, "state": state}, origin=origin)
+    except Exception:
+        log.exception("relay: could not emit mcp.sign_in_changed for %s", server)
+
+
+def announce_sign_in(broker: Broker, pending: Any, origin: str | None) -> None:
+    """Emit ``mcp.sign_in_changed {server, state}`` for a sign-in ``mcp.sign_in`` started: ``pending`` now (when
+    its flow still waits for the person), then ``signed_in`` / ``failed`` when the flow ends (replaced, timed
+    out, denied: ``failed``). The side panel reads ``mcp.sign_ins`` again on it instead of polling. Only the
+    server's name and the state: never the authorization URL, the state parameter, a code or a token (the link
+    stays behind ``mcp.sign_ins``, an authenticated call). Sent with the origin the call acted on: a cell's
+    sign-in reaches that notebook's kernels and the browser sessions of the server's user; the panel's own
+    (acting on every origin, ``origin`` None) is a broadcast of this Jupyter server, whose one user it is. A
+    failing event store is logged and leaves the sign-in as it is (the panel then sees it at its next snapshot)."""
+
+    def emit(state: str) -> None:
+        sign_in_changed(broker, pending.server, state, origin)
+
+    def ended(_task: Any) -> None:
+        emit("signed_in" if pending.outcome == "signed_in" else "failed")
+
+    task = pending.task
+    if task is None:  # no flow (never the case from start_sign_in): its state is what it is now
+        emit("pending" if pending.outcome is None else
+             "signed_in" if pending.outcome == "signed_in" else "failed")
+        return
+    if not task.done():
+        emit("pending")
+    task.add_done_callback(ended)

@@ -32,6 +32,11 @@ __all__ = ["EventPump", "RunOptions", "Session"]
 
 _BUFFER_RUNS = 32          # runs whose events may arrive before run.start returns their id
 _BUFFER_EVENTS = 10_000    # per such run
+# An idle pump (no run following) reconnects too: an outside MCP client's kernel tools for this notebook need its
+# live stream (broker/mcp_gateway.py ``_notebook_kernel``). Backoff doubling from 0.2 s up to 30 s between tries,
+# at most 40 tries in a row (about 17 minutes of a broker that stays away); the next cell's start() retries at once.
+_IDLE_MAX_DELAY = 30.0
+_IDLE_TRIES = 40
 
 
 def _refused_field(exc: RpcError, name: str) -> bool:
@@ -85,7 +90,11 @@ class EventPump:
     """Reads the SSE stream once for the whole kernel and hands each run its events.
 
     Events can arrive before ``run.start`` returns the run id; those are held (bounded) until the
-    run registers. On a dropped stream it reconnects with ``since=<last id>`` so nothing is lost.
+    run registers. On a dropped stream it reconnects with ``since=<last id>`` so nothing is lost: while a run
+    follows, up to 5 tries (then the run is told the stream is lost); while idle, with a longer backoff
+    (``_IDLE_MAX_DELAY``, ``_IDLE_TRIES``), so the broker sees this kernel attached again without a cell. It
+    stops for good while idle on a refused credential (a restarted kernel or a new key is needed, retrying cannot
+    help), when the tries run out (the next cell's :meth:`start` opens it again) and when the kernel's loop ends.
     """
 
     def __init__(self, client: RelayClient) -> None:
@@ -100,6 +109,10 @@ class EventPump:
         """Runs the kernel tools an outside MCP client asks for through the gateway (requests with no run)."""
         self.served: dict[str, None] = {}   # those requests' ids, each run once (bounded)
         self.serving: set[asyncio.Task[None]] = set()
+        self.reconnects = 0
+        """How many times the stream opened again after it dropped (``relay`` tests and diagnostics)."""
+        self._retry_now = asyncio.Event()
+        """Set by :meth:`start`: a pump waiting out its backoff tries again at once (a cell is about to run)."""
 
     async def start(self, timeout: float = 10.0) -> None:
         """Connect (once) and wait until the subscription is live."""
@@ -107,6 +120,8 @@ class EventPump:
             self.connected.clear()
             self.failure = None
             self.task = asyncio.ensure_future(self._run())
+        else:
+            self._retry_now.set()
         wait_connected = asyncio.ensure_future(self.connected.wait())
         try:
             async with asyncio.timeout(timeout):
@@ -168,10 +183,15 @@ class EventPump:
 
     async def _run(self) -> None:
         attempts = 0
+        opened = False
         while True:
             try:
                 async for event in self.client.events(self.last_id):
                     if event.get("type") == "_connected":
+                        if opened:
+                            self.reconnects += 1
+                        opened = True
+                        self.failure = None  # what broke an earlier stream is over
                         self.connected.set()
                         attempts = 0
                         continue
@@ -183,12 +203,18 @@ class EventPump:
             except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 self.failure = AgentError(f"the relay event stream broke ({type(exc).__name__})")
             attempts += 1
-            if not self.queues or attempts > 5:
+            refused = self.failure is not None and self.failure.code == Code.UNAUTHORIZED
+            if self.queues and attempts > 5:
                 lost = self.failure or AgentError("the relay event stream ended")
                 for queue in self.queues.values():
                     queue.put_nowait({"type": "_lost", "data": {"message": lost.message}})
                 return
-            await asyncio.sleep(min(2.0, 0.1 * 2 ** attempts))  # reconnect backoff
+            if not self.queues and (attempts > _IDLE_TRIES or refused):
+                return  # the next cell's start() opens it again (and says why if it cannot)
+            delay = min(2.0 if self.queues else _IDLE_MAX_DELAY, 0.1 * 2 ** attempts)  # reconnect backoff
+            self._retry_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._retry_now.wait(), delay)
 
 
 class Session:

@@ -89,6 +89,7 @@ class EventType:
     KERNEL_TOOL_REQUEST = "kernel.tool_request"  # {request_id, run_id, tool, arguments}
     # control
     GRANT_CHANGED = "grant.changed"
+    MCP_SIGN_IN_CHANGED = "mcp.sign_in_changed"  # {server, state: pending|signed_in|failed|signed_out}
     CHECKPOINT = "checkpoint"
 
 

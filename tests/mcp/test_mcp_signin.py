@@ -73,8 +73,21 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
         "remote", "127.0.0.1", "needs_sign_in", False), listed
     assert "needs sign-in" in listed["message"] and listed["authorization_url"] is None
 
+    def changes() -> list[tuple[str | None, dict]]:
+        return [(e.origin, e.data) for e in broker.store.events_since(0) if e.type == "mcp.sign_in_changed"]
+
+    async def changed(n: int) -> list[tuple[str | None, dict]]:
+        async with asyncio.timeout(10):  # the flow's end is announced by its task's done callback
+            while len(changes()) < n:
+                await asyncio.sleep(0.02)
+        return changes()
+
+    assert changes() == []  # the background connect's "needs sign-in" is no sign-in started
     started = (await rpc("mcp.sign_in", {"server": "remote"}))["result"]
     assert started["state"] == "pending", started
+    # the panel refreshes on mcp.sign_in_changed (no poll): the server's name and the state, nothing else (no link,
+    # no state parameter); the browser session named no origin, so it is the Jupyter server's broadcast
+    assert changes() == [(None, {"server": "remote", "state": "pending"})]
     # a panel opened (or reloaded) now finds the same sign-in and its link, not a new one
     [listed] = (await rpc("mcp.sign_ins", {}))["result"]["servers"]
     assert (listed["state"], listed["sign_in_id"], listed["authorization_url"]) == (
@@ -112,6 +125,13 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
 
     done = (await rpc("mcp.sign_in_wait", {"sign_in_id": started["sign_in_id"], "timeout": 30}))["result"]
     assert done["state"] == "signed_in", done
+    assert (await changed(2))[1:] == [(None, {"server": "remote", "state": "signed_in"})]
+    # a sign-in started from a kernel (relay.sign_in in a cell) is announced with that notebook's origin
+    kernel_side = await broker.mcp.start_sign_in("remote")  # holds a valid token: signed in without a person
+    from relay_jupyter.broker.mcp_signin import announce_sign_in
+
+    announce_sign_in(broker, kernel_side, "nb-signin-1")
+    assert (await changed(3))[2:] == [("nb-signin-1", {"server": "remote", "state": "signed_in"})]
     status = await _status(broker)
     assert status.state == "connected" and status.tools == 1
     signed_in_list = (await rpc("mcp.sign_ins", {}))["result"]
@@ -145,6 +165,10 @@ async def test_sign_in_end_to_end(jp_fetch, jp_serverapp, oauth_server, tmp_path
     # sign-out forgets it: the next connect needs sign-in again
     out = (await rpc("mcp.sign_out", {"server": "remote"}))["result"]
     assert out == {"server": "remote", "signed_out": True}
+    assert changes()[-1] == (None, {"server": "remote", "state": "signed_out"})
+    announced = json.dumps(changes())
+    for secret in (access, refresh, url, query["state"][0], code_state["code"][0], "http"):
+        assert secret not in announced, secret
     # the live session ended with the token; the reconnect after it is "needs sign-in" again and holds no token
     # (it may register a fresh client: the file then has only that registration)
     assert not any(access in f.read_text() or "tokens" in json.loads(f.read_text()) for f in oauth_dir.glob("*.json"))

@@ -180,7 +180,7 @@ def test_a_sign_in_started_from_a_cell_shows_in_the_open_panel_without_a_click(l
         # the cell waits for the person (relay.sign_in blocks until signed in); nothing is clicked in the panel
         cell = kc.execute("r = relay.sign_in('remote', timeout=120)\nprint('SIGNIN', r['state'])")
         link = section.locator("a.jp-relay-signin-link")
-        link.wait_for(timeout=60_000)  # the poll (10 s) saw the pending sign-in: no Refresh, no reload
+        link.wait_for(timeout=60_000)  # mcp.sign_in_changed (no poll any more): no Refresh, no reload
         assert link.get_attribute("rel") == "noopener noreferrer" and link.get_attribute("target") == "_blank"
         with context.expect_page() as opened:
             link.click()

@@ -29,7 +29,7 @@ from ...protocol.models_mcp import (
     McpSignOutResult,
 )
 from ...protocol.names import Method
-from ..mcp_signin import sign_in_of
+from ..mcp_signin import announce_sign_in, sign_in_changed, sign_in_of
 from ._access import NOTEBOOK, Namespace, Request, Scope
 
 __all__ = ["ACCESS", "rpc"]
@@ -61,6 +61,7 @@ async def mcp_sign_in(req: Request, params: McpServerParams) -> McpSignInResult:
                                              f"with: jupyter relay mcp-signin {params.server}")
     pending = await req.broker.mcp.start_sign_in(params.server)
     req.audit("mcp.sign_in", {"server": params.server})
+    announce_sign_in(req.broker, pending, req.origin)  # mcp.sign_in_changed: the panel refreshes on it
     return _result(pending)
 
 
@@ -88,6 +89,7 @@ async def mcp_sign_out(req: Request, params: McpServerParams) -> McpSignOutResul
     await registry.disconnect(params.server)  # the live session ends with the token (the next connect asks again)
     await registry.refresh(params.server)
     req.audit("mcp.sign_out", {"server": params.server, "signed_out": gone})
+    sign_in_changed(req.broker, params.server, "signed_out", req.origin)
     return McpSignOutResult(server=params.server, signed_out=gone)
 
 
