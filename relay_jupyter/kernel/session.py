@@ -92,8 +92,8 @@ class EventPump:
     Events can arrive before ``run.start`` returns the run id; those are held (bounded) until the
     run registers. On a dropped stream it reconnects with ``since=<last id>`` so nothing is lost: while a run
     follows, up to 5 tries (then the run is told the stream is lost); while idle, with a longer backoff
-    (``_IDLE_MAX_DELAY``, ``_IDLE_TRIES``), so the broker sees this kernel attached again without a cell. It
-    stops for good while idle on a refused credential (a restarted kernel or a new key is needed, retrying cannot
+    (``_IDLE_MAX_DELAY``, ``_IDLE_TRIES``) once it had been open, so the broker sees this kernel attached again
+    without a cell (a first connect that fails ends at once: the cell says why). It stops for good while idle on a refused credential (a restarted kernel or a new key is needed, retrying cannot
     help), when the tries run out (the next cell's :meth:`start` opens it again) and when the kernel's loop ends.
     """
 
@@ -209,8 +209,9 @@ class EventPump:
                 for queue in self.queues.values():
                     queue.put_nowait({"type": "_lost", "data": {"message": lost.message}})
                 return
-            if not self.queues and (attempts > _IDLE_TRIES or refused):
-                return  # the next cell's start() opens it again (and says why if it cannot)
+            if not self.queues and (not opened or attempts > _IDLE_TRIES or refused):
+                # never opened: the cell's start() says why at once; else the next cell's start() opens it again
+                return
             delay = min(2.0 if self.queues else _IDLE_MAX_DELAY, 0.1 * 2 ** attempts)  # reconnect backoff
             self._retry_now.clear()
             with contextlib.suppress(TimeoutError):
