@@ -276,6 +276,7 @@ class TelemetryQueryParams(TypedDict, total=False):
     since: float | None
     limit: int
     origin: str | None
+    origin_prefix: str | None
 
 
 class TelemetryQueryResult(TypedDict):
