@@ -260,9 +260,14 @@ class ToolEstimates:
         return RequestEstimate(input_tokens=n, max_output=max_tokens)
 
     def count(self, system: str, messages: Sequence[dict[str, Any]], max_tokens: int) -> RequestEstimate:
-        """:meth:`messages` at once (on a store thread, where no loop waits for it)."""
-        return RequestEstimate(input_tokens=estimate_request(system, messages, (), max_tokens).input_tokens,
-                               max_output=max_tokens)
+        """:meth:`messages` on a store thread: message by message too, not the whole history in one call. One
+        JSON encoding of a long history is tens of ms in C holding the GIL, so the event loop waited for it
+        (Run I of benchmarks/README.md: loop lag p99 100-200 ms over a 200-turn conversation); per message,
+        the interpreter hands the GIL back to the loop between messages."""
+        n = estimate_request(system, (), (), max_tokens).input_tokens
+        for m in messages:
+            n += estimate_request("", (m,), (), 0).input_tokens - REQUEST_OVERHEAD
+        return RequestEstimate(input_tokens=n, max_output=max_tokens)
 
     def with_tools(self, counted: RequestEstimate, specs: Sequence[ToolSpec]) -> RequestEstimate:
         """``counted`` (from :meth:`messages`) with the offered tools' share added (each computed once)."""
