@@ -155,12 +155,7 @@ def _profile_rows(profiles: Any) -> list[tuple[str, float | None, float | None, 
         if not isinstance(row, dict):
             continue
         name = visible(str(row.get("profile", "?")), newlines=False)
-        for used, held, limit, unit, what in (("tokens", "reserved_tokens", "tokens_limit", "tokens", "tokens"),
-                                              ("cost_usd", "reserved_cost_usd", "cost_limit", "USD", "cost")):
-            cap = _number(row.get(limit))
-            if cap is not None:
-                spent = (_number(row.get(used)) or 0.0) + (_number(row.get(held)) or 0.0)
-                rows.append((f"profile {name} {what} today", spent, cap, unit))
+        rows += _limit_rows(row, f"profile {name}", "today")
     return rows
 
 
@@ -184,12 +179,20 @@ def _team_rows(teams: Any) -> list[tuple[str, float | None, float | None, str]]:
         name = str(team.get("team", "?"))
         for period, when in (("day", "today"), ("month", "this month")):
             part = team.get(period) if isinstance(team.get(period), dict) else {}
-            for used, held, limit, unit, what in (("tokens", "reserved_tokens", "tokens_limit", "tokens", "tokens"),
-                                                  ("cost_usd", "reserved_cost_usd", "cost_limit", "USD", "cost")):
-                cap = _number(part.get(limit))
-                if cap is not None:
-                    spent = (_number(part.get(used)) or 0.0) + (_number(part.get(held)) or 0.0)
-                    rows.append((f"team {name} {what} {when}", spent, cap, unit))
+            rows += _limit_rows(part, f"team {name}", when)
+    return rows
+
+
+def _limit_rows(part: dict[str, Any], label: str, when: str) -> list[tuple[str, float | None, float | None, str]]:
+    """One row per limit ``part`` has (tokens, cost): used plus what is in flight against it, named
+    ``"<label> tokens|cost <when>"`` (the profile and team budgets share the shape of budget.get's usage)."""
+    rows: list[tuple[str, float | None, float | None, str]] = []
+    for used, held, limit, unit, what in (("tokens", "reserved_tokens", "tokens_limit", "tokens", "tokens"),
+                                          ("cost_usd", "reserved_cost_usd", "cost_limit", "USD", "cost")):
+        cap = _number(part.get(limit))
+        if cap is not None:
+            spent = (_number(part.get(used)) or 0.0) + (_number(part.get(held)) or 0.0)
+            rows.append((f"{label} {what} {when}", spent, cap, unit))
     return rows
 
 
