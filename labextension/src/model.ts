@@ -122,6 +122,20 @@ export interface ITeamBudget {
   meters: IMeter[];
 }
 
+// what a team's or a profile's budget row has left today ("48,914 tokens", "$9.97"), one word per limit it has
+function leftWords(row: any): string[] {
+  const left: string[] = [];
+  const leftTokens = Number(row.remaining_tokens);
+  if (row.remaining_tokens != null && Number.isFinite(leftTokens)) {
+    left.push(`${Math.max(0, leftTokens).toLocaleString('en-US')} tokens`);
+  }
+  const leftCost = Number(row.remaining_cost_usd);
+  if (row.remaining_cost_usd != null && Number.isFinite(leftCost)) {
+    left.push(`$${Math.max(0, leftCost).toFixed(2)}`);
+  }
+  return left;
+}
+
 export function teamBudgets(usage: any): ITeamBudget[] {
   const teams = usage && typeof usage === 'object' && Array.isArray(usage.teams) ? usage.teams : [];
   const out: ITeamBudget[] = [];
@@ -130,15 +144,7 @@ export function teamBudgets(usage: any): ITeamBudget[] {
       continue;
     }
     const day = row.day && typeof row.day === 'object' ? row.day : {};
-    const left: string[] = [];
-    const leftTokens = Number(row.remaining_tokens);
-    if (row.remaining_tokens != null && Number.isFinite(leftTokens)) {
-      left.push(`${Math.max(0, leftTokens).toLocaleString('en-US')} tokens`);
-    }
-    const leftCost = Number(row.remaining_cost_usd);
-    if (row.remaining_cost_usd != null && Number.isFinite(leftCost)) {
-      left.push(`$${Math.max(0, leftCost).toFixed(2)}`);
-    }
+    const left = leftWords(row);
     const team = String(row.team ?? '');
     const text = `team ${team}: ${usageLine(day).text}${left.length ? ` · ${left.join(', ')} left` : ' (no limit)'}`;
     const meters = budgetMeters(day).map(m => ({ ...m, label: `team ${m.label}` }));
@@ -357,15 +363,7 @@ export function profileBudgets(usage: any): IProfileBudget[] {
       continue;
     }
     const profile = String(row.profile ?? '');
-    const left: string[] = [];
-    const leftTokens = Number(row.remaining_tokens);
-    if (row.remaining_tokens != null && Number.isFinite(leftTokens)) {
-      left.push(`${Math.max(0, leftTokens).toLocaleString('en-US')} tokens`);
-    }
-    const leftCost = Number(row.remaining_cost_usd);
-    if (row.remaining_cost_usd != null && Number.isFinite(leftCost)) {
-      left.push(`$${Math.max(0, leftCost).toFixed(2)}`);
-    }
+    const left = leftWords(row);
     const text = `profile ${profile}: ${usageLine(row).text}${left.length ? ` · ${left.join(', ')} left` : ''}`;
     const meters = budgetMeters(row).map(m => ({ ...m, label: `profile ${m.label}` }));
     out.push({ profile, text, meters });
